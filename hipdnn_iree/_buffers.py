@@ -1,0 +1,146 @@
+"""Variant-pack checking: caller buffers -> dense views in memory order.
+
+Every check runs before anything executes, so a rejected call leaves the
+caller's buffers untouched. Outputs are written only after execution
+succeeded (see the plugins).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hipdnn_iree._status import HipdnnError, Status
+from lowering._emit import ELEMENT_TYPES
+from lowering.layout import Layout, LoweringError, physical_layout
+
+try:  # bfloat16 for numpy (a dependency of iree-base-runtime)
+    import ml_dtypes as _ml_dtypes
+except ImportError:  # pragma: no cover
+    _ml_dtypes = None
+
+
+def numpy_dtype(data_type: int) -> np.dtype:
+    name = ELEMENT_TYPES[data_type][1]
+    if name == "bfloat16":
+        if _ml_dtypes is None:
+            raise HipdnnError(Status.NOT_SUPPORTED, "BFLOAT16 buffers need the ml_dtypes package")
+        return np.dtype(_ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+@dataclass(frozen=True)
+class BoundTensor:
+    """A tensor bound at execute time, as the plan knows it."""
+
+    uid: int
+    name: str
+    role: str            # "input" | "output"
+    data_type: int       # hd.DataType value
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    @property
+    def layout(self) -> Layout:
+        return physical_layout(self.dims, self.strides, f"tensor '{self.name}' (uid {self.uid})")
+
+    @property
+    def dtype(self) -> np.dtype:
+        return numpy_dtype(self.data_type)
+
+    def describe(self) -> dict:
+        from hipdnn_iree._types import DataType
+        return {"uid": self.uid, "name": self.name, "role": self.role,
+                "data_type": DataType(self.data_type), "dims": list(self.dims), "strides": list(self.strides)}
+
+
+def _as_array(uid: int, t: BoundTensor, buf) -> np.ndarray:
+    if isinstance(buf, np.ndarray):
+        return buf
+    if hasattr(buf, "__dlpack__"):
+        try:
+            return np.from_dlpack(buf)
+        except Exception as e:
+            raise HipdnnError(Status.BAD_PARAM, f"variant pack uid {uid} ('{t.name}'): the DLPack object "
+                                                f"{type(buf).__name__} cannot be read as host memory: {e}") from None
+    raise HipdnnError(Status.BAD_PARAM, f"variant pack uid {uid} ('{t.name}'): expected a numpy array or an "
+                                        f"object with __dlpack__, got {type(buf).__name__}")
+
+
+def dense_view(t: BoundTensor, arr: np.ndarray) -> np.ndarray:
+    """A C-contiguous view of ``arr`` in memory order (``layout.phys_shape``); never a copy."""
+    try:
+        lay = t.layout
+    except LoweringError as e:
+        raise HipdnnError(Status.BAD_PARAM, str(e)) from None
+    what = f"tensor '{t.name}' (uid {t.uid})"
+    if arr.dtype != t.dtype:
+        raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer has dtype {arr.dtype}, the plan needs {t.dtype}")
+    if arr.shape == t.dims:
+        item = arr.itemsize
+        bad = [a for a in range(arr.ndim)
+               if t.dims[a] > 1 and arr.strides[a] != t.strides[a] * item]
+        if bad:
+            got = [s // item if s % item == 0 else s / item for s in arr.strides]
+            raise HipdnnError(Status.BAD_PARAM,
+                              f"{what}: buffer strides {got} (elements) do not match the declared strides "
+                              f"{list(t.strides)} on axes {bad}; pass an array laid out as declared")
+        view = arr[tuple(0 if a in lay.bcast_axes else slice(None) for a in range(arr.ndim))]
+        kept = [a for a in range(arr.ndim) if a not in lay.bcast_axes]
+        view = view.transpose([kept.index(a) for a in lay.order])
+    elif arr.flags.c_contiguous and arr.size == lay.num_elements:
+        view = arr.reshape(lay.phys_shape)
+    else:
+        raise HipdnnError(Status.BAD_PARAM,
+                          f"{what}: buffer of shape {list(arr.shape)} does not match dims {list(t.dims)} "
+                          f"(strides {list(t.strides)}); pass an array of those dims, or a C-contiguous "
+                          f"buffer of {lay.num_elements} elements")
+    if not view.flags.c_contiguous:
+        raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer is not dense in the declared layout")
+    return view
+
+
+def bind_variant_pack(tensors: list[BoundTensor], variant_pack) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
+    """Checks ``variant_pack`` against ``tensors``; returns (inputs, outputs) as dense views."""
+    if variant_pack is None:
+        raise HipdnnError(Status.BAD_PARAM_NULL_POINTER, "variant_pack is None: pass a dict {uid: buffer}")
+    if not isinstance(variant_pack, dict):
+        raise HipdnnError(Status.BAD_PARAM, f"variant_pack must be a dict {{uid: buffer}}, got {type(variant_pack).__name__}")
+    known = {t.uid: t for t in tensors}
+    missing = sorted(u for u in known if u not in variant_pack)
+    if missing:
+        raise HipdnnError(Status.BAD_PARAM, "variant pack is missing uid(s) " + ", ".join(
+            f"{u} ('{known[u].name}')" for u in missing) + f"; the plan binds uids {sorted(known)}")
+    extra = sorted(u for u in variant_pack if u not in known)
+    if extra:
+        raise HipdnnError(Status.BAD_PARAM, f"variant pack has unknown uid(s) {extra}; the plan binds uids {sorted(known)}")
+    ins, outs = {}, {}
+    for t in tensors:
+        arr = _as_array(t.uid, t, variant_pack[t.uid])
+        view = dense_view(t, arr)
+        if t.role == "output":
+            if not arr.flags.writeable:
+                raise HipdnnError(Status.BAD_PARAM, f"output tensor '{t.name}' (uid {t.uid}): buffer is read-only")
+            outs[t.uid] = view
+        else:
+            ins[t.uid] = view
+    for ou, o in outs.items():
+        for iu, i in list(ins.items()) + [(u, v) for u, v in outs.items() if u != ou]:
+            if np.shares_memory(o, i):
+                raise HipdnnError(Status.BAD_PARAM, f"output uid {ou} shares memory with uid {iu}; "
+                                                    "outputs must not alias other buffers")
+    return ins, outs
+
+
+def logical_from_dense(t: BoundTensor, view: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`dense_view`: the logical (dims-shaped) array, broadcast axes included."""
+    lay = t.layout
+    kept = [a for a in range(len(t.dims)) if a not in lay.bcast_axes]
+    arr = view.transpose([lay.order.index(a) for a in kept])
+    arr = np.expand_dims(arr, tuple(lay.bcast_axes)) if lay.bcast_axes else arr
+    return np.broadcast_to(arr, t.dims)
+
+
+def dense_from_logical(t: BoundTensor, arr: np.ndarray) -> np.ndarray:
+    """A logical (dims-shaped) array -> memory order (``layout.phys_shape``)."""
+    return np.asarray(arr).transpose(t.layout.order)

@@ -1,0 +1,119 @@
+"""Handles: a device (or none), a compile target and the engine plugins.
+
+The plugin resource manager maps engine IDs to plugin objects, as hipDNN's
+does. Plugins come from the ``hipdnn_iree.engine_plugins`` entry point group
+unless the caller passes them explicitly.
+"""
+from __future__ import annotations
+
+from importlib import metadata
+
+from hipdnn_iree._status import HipdnnError, Status
+
+ENTRY_POINT_GROUP = "hipdnn_iree.engine_plugins"
+REQUIRED_METHODS = ("get_all_engine_ids", "get_applicable_engine_ids", "get_workspace_size",
+                    "create_execution_context", "destroy_execution_context", "execute_op_graph")
+SERIALIZATION_HOOKS = ("serialize_execution_context", "destroy_serialized_execution_context",
+                       "create_execution_context_from_serialized")
+
+
+def _builtin_plugins() -> list:
+    from hipdnn_iree.plugins.iree_linalg import IreeLinalgPlugin
+    from hipdnn_iree.plugins.numpy_reference import NumpyReferencePlugin
+    return [IreeLinalgPlugin(), NumpyReferencePlugin()]
+
+
+def discover_plugins() -> list:
+    """Instantiates every plugin registered under the entry point group."""
+    plugins = []
+    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        try:
+            factory = ep.load()
+            plugins.append(factory() if callable(factory) else factory)
+        except Exception as e:
+            raise HipdnnError(Status.PLUGIN_ERROR, f"engine plugin entry point '{ep.name}' ({ep.value}) "
+                                                   f"failed to load: {type(e).__name__}: {e}") from None
+    # NOTE: running from a source checkout without `pip install` has no entry points.
+    return plugins or _builtin_plugins()
+
+
+class PluginResourceManager:
+    """engine_id -> plugin for one handle."""
+
+    def __init__(self, plugins: list, device_uri: str | None, target: str | None):
+        self.plugins = list(plugins)
+        self._by_engine: dict[int, object] = {}
+        for p in self.plugins:
+            missing = [m for m in REQUIRED_METHODS if not callable(getattr(p, m, None))]
+            if missing:
+                raise HipdnnError(Status.PLUGIN_ERROR,
+                                  f"engine plugin {plugin_name(p)} lacks required method(s) {missing}")
+            if callable(getattr(p, "bind", None)):
+                p.bind(device_uri, target)
+            for eid in p.get_all_engine_ids():
+                if eid in self._by_engine:
+                    raise HipdnnError(Status.PLUGIN_ERROR,
+                                      f"engine id {eid} is served by two plugins: "
+                                      f"{plugin_name(self._by_engine[eid])} and {plugin_name(p)}")
+                self._by_engine[int(eid)] = p
+
+    def plugin_for(self, engine_id: int):
+        return self._by_engine.get(int(engine_id))
+
+    def engine_ids(self) -> list[int]:
+        return list(self._by_engine)
+
+
+def plugin_name(p) -> str:
+    return str(getattr(p, "name", type(p).__name__))
+
+
+def has_serialization_hooks(p) -> bool:
+    return all(callable(getattr(p, h, None)) for h in SERIALIZATION_HOOKS)
+
+
+class Handle:
+    """Create with :func:`create_handle`."""
+
+    def __init__(self, device: str | None, target: str, plugins: list):
+        self.device = device
+        self.target = target
+        self.resource_manager = PluginResourceManager(plugins, device, target)
+
+    def __repr__(self) -> str:
+        return f"Handle(device={self.device!r}, target={self.target!r})"
+
+
+def create_handle(device: str | None = "local-task", target: str | None = None,
+                  engine_plugins: list | None = None) -> Handle:
+    """Creates a handle.
+
+    Args:
+        device: an IREE HAL device URI (``"local-task"``, ``"local-sync"``, ``"cuda"``,
+            ``"cuda://0"``, ``"hip://0"``), or ``None`` for a compile-only handle.
+        target: ``"llvm-cpu[:<cpu>]"``, ``"rocm:<gfx>"`` or ``"cuda:<sm>"``; derived from the
+            device when omitted.
+        engine_plugins: exactly these plugin objects; ``None`` loads the installed ones.
+
+    Example:
+        >>> import hipdnn_iree as hd
+        >>> h = hd.create_handle(device=None, target="rocm:gfx942")
+        >>> h.device is None
+        True
+    """
+    from hipdnn_iree.plugins._targets import default_target_for, parse_target
+    if device is not None and (not isinstance(device, str) or not device):
+        raise HipdnnError(Status.BAD_PARAM, f"device must be a HAL device URI string or None, got {device!r}")
+    if device == "cpu":
+        device = "local-task"
+    if device is None and target is None:
+        raise HipdnnError(Status.BAD_PARAM, "a compile-only handle (device=None) needs a target, e.g. "
+                                            "target='rocm:gfx942'")
+    tgt = parse_target(target) if target is not None else default_target_for(device)
+    if device is not None:
+        from hipdnn_iree.plugins._targets import check_runs_on
+        check_runs_on(tgt, device)
+        from hipdnn_iree.plugins._iree_rt import device as make_device
+        make_device(device)  # fail now, with the driver's message, if the device is unusable
+    plugins = discover_plugins() if engine_plugins is None else list(engine_plugins)
+    return Handle(device, str(tgt), plugins)

@@ -1,0 +1,207 @@
+"""Backend layer: execution plan descriptors and compiled-plan (de)serialization.
+
+Mirrors hipDNN's backend extension API (RFC 0009) in Python:
+
+    >>> from hipdnn_iree import backend                        # doctest: +SKIP
+    >>> n = backend.get_serialized_execution_plan(plan, 0, None)  # size query
+    >>> buf = bytearray(n)
+    >>> backend.get_serialized_execution_plan(plan, n, buf)
+    >>> plan2 = backend.create_and_deserialize_execution_plan(handle, bytes(buf))
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from hipdnn_iree import _envelope
+from hipdnn_iree._handle import Handle, has_serialization_hooks, plugin_name
+from hipdnn_iree._status import HipdnnError, Status
+
+
+class Attribute(enum.IntEnum):
+    """Execution-plan attributes (``HIPDNN_ATTR_EXECUTION_PLAN_*``)."""
+
+    EXECUTION_PLAN_HANDLE = 1
+    EXECUTION_PLAN_ENGINE_CONFIG = 2
+    EXECUTION_PLAN_WORKSPACE_SIZE = 3
+    EXECUTION_PLAN_TENSOR_UIDS_EXT = 4
+    EXECUTION_PLAN_ENGINE_ID_EXT = 5
+
+
+@dataclass
+class EngineConfig:
+    """Which engine a built plan uses (and its knobs; none yet)."""
+
+    engine_id: int
+    engine_name: str
+    knobs: dict = field(default_factory=dict)
+
+
+@dataclass
+class ExecutionPlanDescriptor:
+    """A finalized execution plan: built from a graph, or restored from bytes."""
+
+    handle: Handle
+    engine_id: int
+    workspace_size: int
+    tensor_uids: tuple[int, ...]
+    plugin: object
+    context: object
+    engine_config: EngineConfig | None = None   # None when restored
+    restored: bool = False
+    finalized: bool = True
+
+    def get_attribute(self, attr: Attribute):
+        attr = Attribute(attr)
+        if not self.finalized:
+            raise HipdnnError(Status.BAD_PARAM_NOT_FINALIZED, "execution plan is not finalized")
+        if attr == Attribute.EXECUTION_PLAN_TENSOR_UIDS_EXT:
+            return list(self.tensor_uids)
+        if attr == Attribute.EXECUTION_PLAN_WORKSPACE_SIZE:
+            return int(self.workspace_size)
+        if attr == Attribute.EXECUTION_PLAN_ENGINE_ID_EXT:
+            return int(self.engine_id)
+        if attr == Attribute.EXECUTION_PLAN_HANDLE:
+            return self.handle
+        if attr == Attribute.EXECUTION_PLAN_ENGINE_CONFIG:
+            if self.engine_config is None:
+                raise HipdnnError(Status.NOT_SUPPORTED,
+                                  "EXECUTION_PLAN_ENGINE_CONFIG is not available on a plan restored from a "
+                                  "compiled plan: the engine config is not serialized (RFC 0009)")
+            return self.engine_config
+        raise HipdnnError(Status.NOT_SUPPORTED, f"attribute {attr.name} is not supported")
+
+    def execute(self, variant_pack: dict, workspace=None) -> None:
+        if self.handle.device is None:
+            raise HipdnnError(Status.NOT_INITIALIZED,
+                              f"handle has no device (compile-only for target '{self.handle.target}'); "
+                              "create a handle with a device to execute")
+        need = int(self.workspace_size)
+        if need > 0:
+            have = 0 if workspace is None else memoryview(workspace).nbytes
+            if have < need:
+                raise HipdnnError(Status.BAD_PARAM_SIZE_INSUFFICIENT,
+                                  f"workspace of {have} bytes is smaller than the plan's {need} bytes")
+        self.plugin.execute_op_graph(self.context, variant_pack, workspace)
+
+    def release(self) -> None:
+        if self.context is not None:
+            try:
+                self.plugin.destroy_execution_context(self.context)
+            finally:
+                self.context = None
+                self.finalized = False
+
+
+def build_execution_plan(handle: Handle, engine_id: int, op_graph: bytes, tensor_uids) -> ExecutionPlanDescriptor:
+    """Normal build path: engine config + graph + plugin -> finalized plan."""
+    plugin = handle.resource_manager.plugin_for(engine_id)
+    if plugin is None:
+        raise HipdnnError(Status.INTERNAL_ERROR, f"no loaded engine plugin serves engine id {engine_id}")
+    ws = int(plugin.get_workspace_size(engine_id, op_graph))
+    config = EngineConfig(engine_id, engine_name(handle, engine_id))
+    try:
+        ctx = plugin.create_execution_context(engine_id, op_graph, config)
+    except HipdnnError:
+        raise
+    except Exception as e:
+        raise HipdnnError(Status.PLUGIN_ERROR, f"engine plugin {plugin_name(plugin)} failed to build the plan: "
+                                               f"{type(e).__name__}: {e}") from None
+    return ExecutionPlanDescriptor(handle, engine_id, ws, tuple(sorted(tensor_uids)), plugin, ctx, config)
+
+
+def engine_name(handle: Handle, engine_id: int) -> str:
+    plugin = handle.resource_manager.plugin_for(engine_id)
+    names = getattr(plugin, "engine_names", None) or {}
+    return str(names.get(engine_id, engine_id))
+
+
+def _serialize(plan: ExecutionPlanDescriptor) -> bytes:
+    if plan is None:
+        raise HipdnnError(Status.BAD_PARAM_NULL_POINTER, "execution plan is None")
+    if not plan.finalized or plan.context is None:
+        raise HipdnnError(Status.NOT_INITIALIZED, "execution plan is not finalized: build the plan first")
+    plugin = plan.plugin
+    if not has_serialization_hooks(plugin):
+        raise HipdnnError(Status.NOT_SUPPORTED,
+                          f"engine {engine_name(plan.handle, plan.engine_id)} (plugin {plugin_name(plugin)}) "
+                          "does not support compiled-plan serialization")
+    serialized = None
+    try:
+        try:
+            serialized = plugin.serialize_execution_context(plan.context, plan.engine_config)
+        except HipdnnError:
+            raise
+        except Exception as e:
+            raise HipdnnError(Status.PLUGIN_ERROR, f"plugin {plugin_name(plugin)} failed to serialize its "
+                                                   f"execution context: {type(e).__name__}: {e}") from None
+        if serialized is None or len(serialized) == 0:
+            raise HipdnnError(Status.PLUGIN_ERROR, f"plugin {plugin_name(plugin)} returned an empty payload")
+        payload = bytes(serialized)  # the envelope owns a copy
+    finally:
+        if serialized is not None:
+            plugin.destroy_serialized_execution_context(serialized)
+    return _envelope.encode(_envelope.Envelope(_envelope.ENVELOPE_VERSION, plan.engine_id,
+                                               plan.workspace_size, tuple(sorted(plan.tensor_uids)), payload))
+
+
+def get_serialized_execution_plan(plan: ExecutionPlanDescriptor, requested_byte_size: int,
+                                  serialized_plan) -> int:
+    """Two-call pattern: with ``serialized_plan=None`` returns the size; else fills it.
+
+    Returns the plan's size in bytes. A buffer smaller than the plan raises
+    BAD_PARAM_SIZE_INSUFFICIENT.
+    """
+    data = _serialize(plan)
+    if serialized_plan is None:
+        return len(data)
+    if requested_byte_size < len(data):
+        raise HipdnnError(Status.BAD_PARAM_SIZE_INSUFFICIENT,
+                          f"requested_byte_size {requested_byte_size} is smaller than the plan's {len(data)} bytes")
+    try:
+        view = memoryview(serialized_plan).cast("B")
+    except TypeError:
+        raise HipdnnError(Status.BAD_PARAM, f"serialized_plan must be a writable byte buffer, got "
+                                            f"{type(serialized_plan).__name__}") from None
+    if view.readonly:
+        raise HipdnnError(Status.BAD_PARAM, "serialized_plan buffer is read-only")
+    if len(view) < len(data):
+        raise HipdnnError(Status.BAD_PARAM_SIZE_INSUFFICIENT,
+                          f"buffer of {len(view)} bytes is smaller than the plan's {len(data)} bytes")
+    view[:len(data)] = data
+    return len(data)
+
+
+def serialize_execution_plan(plan: ExecutionPlanDescriptor) -> bytes:
+    """Convenience: the plan's envelope bytes."""
+    return _serialize(plan)
+
+
+def create_and_deserialize_execution_plan(handle: Handle, serialized_plan) -> ExecutionPlanDescriptor:
+    """Restores a finalized plan from envelope bytes, with no graph and no compiler."""
+    if handle is None:
+        raise HipdnnError(Status.BAD_PARAM_NULL_POINTER, "handle is None")
+    if not isinstance(handle, Handle):
+        raise HipdnnError(Status.BAD_PARAM, f"expected a handle from create_handle(), got {type(handle).__name__}")
+    env = _envelope.decode(serialized_plan)
+    plugin = handle.resource_manager.plugin_for(env.engine_id)
+    if plugin is None:
+        raise HipdnnError(Status.INTERNAL_ERROR,
+                          f"no loaded engine plugin serves engine id {env.engine_id} (loaded engines: "
+                          f"{', '.join(engine_name(handle, e) for e in handle.resource_manager.engine_ids()) or 'none'})")
+    if not has_serialization_hooks(plugin):
+        raise HipdnnError(Status.NOT_SUPPORTED, f"engine plugin {plugin_name(plugin)} cannot restore compiled plans "
+                                                "(no serialization hooks)")
+    try:
+        ctx = plugin.create_execution_context_from_serialized(env.plugin_payload)
+    except HipdnnError:
+        raise
+    except Exception as e:
+        raise HipdnnError(Status.PLUGIN_ERROR, f"plugin {plugin_name(plugin)} refused the plan payload: "
+                                               f"{type(e).__name__}: {e}") from None
+    ctx_uids = sorted(t.uid for t in getattr(ctx, "tensors", []))
+    if ctx_uids and ctx_uids != sorted(env.tensor_uids):
+        raise HipdnnError(Status.BAD_PARAM, f"envelope tensor_uids {sorted(env.tensor_uids)} disagree with the "
+                                            f"plan payload's {ctx_uids}")
+    return ExecutionPlanDescriptor(handle, env.engine_id, env.workspace_size, env.tensor_uids, plugin, ctx,
+                                   engine_config=None, restored=True)

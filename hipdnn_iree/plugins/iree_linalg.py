@@ -1,0 +1,162 @@
+"""The ``IREE_LINALG`` engine: graph -> linalg MLIR -> IREE ``.vmfb`` -> IREE runtime.
+
+Serialization hooks: the payload is the FUSPLAN header (kind 2) followed by the
+``.vmfb`` exactly as IREE wrote it. Restoring loads the module into the IREE
+runtime; it never imports the compiler.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hipdnn_iree._version import __version__
+from hipdnn_iree._buffers import BoundTensor, bind_variant_pack
+from hipdnn_iree._engine_ids import engine_id_from_name
+from hipdnn_iree._status import HipdnnError, Status
+from hipdnn_iree._types import DataType
+from hipdnn_iree.plugins import _fusplan
+from hipdnn_iree.plugins._targets import Target, check_runs_on, parse_target
+
+ENGINE_NAME = "IREE_LINALG"
+ENGINE_ID = engine_id_from_name(ENGINE_NAME)
+_REFLECTION_KEY = "hipdnn_iree.abi"
+
+
+@dataclass
+class IreeExecutionContext:
+    vmfb: bytes
+    abi: dict
+    target: Target
+    tensors: list[BoundTensor]
+    module: object = None            # LoadedModule, None on a compile-only handle
+    dispatch_count: int | None = None
+    mlir: str | None = None
+    compile_flags: tuple = field(default_factory=tuple)
+
+
+def _tensors_from_abi(abi: dict) -> list[BoundTensor]:
+    try:
+        ts = [BoundTensor(int(t["uid"]), str(t["name"]), str(t["role"]), int(DataType[t["data_type"]]),
+                          tuple(int(d) for d in t["dims"]), tuple(int(s) for s in t["strides"]))
+              for t in abi["tensors"]]
+    except (KeyError, TypeError, ValueError) as e:
+        raise HipdnnError(Status.PLUGIN_ERROR, f"plan module reflection is malformed: {e!r}") from None
+    if [t for t in ts if t.role not in ("input", "output")]:
+        raise HipdnnError(Status.PLUGIN_ERROR, "plan module reflection has a tensor role other than input/output")
+    return ts
+
+
+class IreeLinalgPlugin:
+    """Engine plugin object; the handle binds it to its device and target."""
+
+    name = "hipdnn_iree.iree_linalg"
+    version = __version__
+
+    def __init__(self):
+        self.device_uri: str | None = None
+        self.target: Target | None = None
+        self.compile_flags: tuple[str, ...] = ()
+
+    def bind(self, device_uri: str | None, target: str | None) -> None:
+        self.device_uri = device_uri
+        self.target = parse_target(target) if target else None
+
+    # -- discovery ------------------------------------------------------------
+    engine_names = {ENGINE_ID: ENGINE_NAME}
+
+    def get_all_engine_ids(self) -> list[int]:
+        return [ENGINE_ID]
+
+    def get_applicable_engine_ids(self, op_graph: bytes) -> list[int]:
+        from lowering import LOWERINGS, LoweringError, decode_graph
+        try:
+            g = decode_graph(op_graph)
+        except LoweringError:
+            return []
+        return [ENGINE_ID] if all(n.kind in LOWERINGS for n in g.nodes) else []
+
+    def get_workspace_size(self, engine_id: int, op_graph: bytes) -> int:
+        return 0  # IREE allocates its transients itself
+
+    # -- build ----------------------------------------------------------------
+    def create_execution_context(self, engine_id: int, op_graph: bytes, engine_config=None) -> IreeExecutionContext:
+        from lowering import LoweringError, lower
+        from hipdnn_iree.plugins._compile import compile_mlir
+        if self.target is None:
+            raise HipdnnError(Status.NOT_INITIALIZED, "IREE_LINALG plugin is not bound to a handle target")
+        try:
+            lowered = lower(op_graph, target=str(self.target))
+        except LoweringError as e:
+            status = {"unsupported": Status.NOT_SUPPORTED, "internal": Status.INTERNAL_ERROR}.get(e.kind, Status.BAD_PARAM)
+            raise HipdnnError(status, f"IREE_LINALG cannot lower the graph: {e}") from None
+        compiled = compile_mlir(lowered.mlir, self.target, self.compile_flags)
+        ctx = IreeExecutionContext(compiled.vmfb, lowered.abi, self.target, _tensors_from_abi(lowered.abi),
+                                   dispatch_count=compiled.dispatch_count, mlir=lowered.mlir,
+                                   compile_flags=compiled.flags)
+        self._load(ctx)
+        return ctx
+
+    def _load(self, ctx: IreeExecutionContext) -> None:
+        if self.device_uri is None:
+            return
+        from hipdnn_iree.plugins._iree_rt import LoadedModule
+        check_runs_on(ctx.target, self.device_uri)
+        ctx.module = LoadedModule(ctx.vmfb, self.device_uri, ctx.abi.get("entry", "main"))
+
+    def destroy_execution_context(self, ctx: IreeExecutionContext) -> None:
+        ctx.module = None
+
+    # -- execute --------------------------------------------------------------
+    def execute_op_graph(self, ctx: IreeExecutionContext, variant_pack: dict, workspace=None) -> None:
+        if ctx.module is None:
+            raise HipdnnError(Status.NOT_INITIALIZED,
+                              f"this handle has no device (compile-only, target '{ctx.target}'); create the "
+                              "handle with a device to execute")
+        ins, outs = bind_variant_pack(ctx.tensors, variant_pack)
+        args = [ins[t.uid] if t.role == "input" else np.empty(outs[t.uid].shape, t.dtype) for t in ctx.tensors]
+        try:
+            results = ctx.module(*args)
+        except HipdnnError:
+            raise
+        except Exception as e:
+            raise HipdnnError(Status.EXECUTION_FAILED, f"IREE execution failed: {e}") from None
+        out_tensors = [t for t in ctx.tensors if t.role == "output"]
+        if len(results) != len(out_tensors):
+            raise HipdnnError(Status.EXECUTION_FAILED,
+                              f"module returned {len(results)} results for {len(out_tensors)} outputs")
+        for t, r in zip(out_tensors, results):
+            np.copyto(outs[t.uid], np.asarray(r).reshape(outs[t.uid].shape).view(t.dtype))
+
+    # -- serialization hooks --------------------------------------------------
+    def serialize_execution_context(self, ctx: IreeExecutionContext, engine_config=None) -> bytes:
+        return _fusplan.pack(ctx.vmfb, _fusplan.KIND_IREE_VMFB)
+
+    def destroy_serialized_execution_context(self, serialized) -> None:
+        pass  # the bytes object is released by Python; nothing else is held
+
+    def create_execution_context_from_serialized(self, serialized: bytes) -> IreeExecutionContext:
+        try:
+            plan = _fusplan.unpack(serialized)
+        except _fusplan.FusplanError as e:
+            raise HipdnnError(Status.PLUGIN_ERROR, str(e)) from None
+        from hipdnn_iree.plugins._iree_rt import instance, rt
+        try:
+            module = rt().VmModule.copy_buffer(instance(), plan.body)
+            fn = module.lookup_function("main")
+            refl = dict(fn.reflection) if fn is not None else {}
+        except Exception as e:
+            raise HipdnnError(Status.PLUGIN_ERROR,
+                              f"plan payload is not a loadable IREE module ({len(plan.body)} bytes): {e}") from None
+        if _REFLECTION_KEY not in refl:
+            raise HipdnnError(Status.PLUGIN_ERROR, "plan module has no hipdnn_iree ABI reflection: it was not "
+                                                   "written by hipdnn-iree")
+        try:
+            abi = json.loads(refl[_REFLECTION_KEY])
+            target = parse_target(abi["target"])
+        except (ValueError, KeyError, TypeError, HipdnnError) as e:
+            raise HipdnnError(Status.PLUGIN_ERROR, f"plan module ABI reflection is malformed: {e}") from None
+        ctx = IreeExecutionContext(plan.body, abi, target, _tensors_from_abi(abi))
+        self._load(ctx)
+        return ctx

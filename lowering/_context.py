@@ -1,0 +1,59 @@
+"""State shared by the op lowerings while one graph is emitted."""
+from __future__ import annotations
+
+import math
+
+from lowering._emit import FLOAT_TYPES, Emitter, Value, element_type, float_literal, tensor_type
+from lowering._fbs.graph_generated import DataType
+from lowering.graph_ir import GraphDesc, LoweringError, NodeDesc, TensorDesc
+
+
+class LowerContext:
+    def __init__(self, graph: GraphDesc, emitter: Emitter):
+        self.graph = graph
+        self.em = emitter
+        self.values: dict[int, Value] = {}
+
+    def tensor(self, uid: int) -> TensorDesc:
+        return self.graph.tensor(uid)
+
+    def value(self, uid: int) -> Value:
+        """The logical value of tensor ``uid`` (scalars become rank-0 constants)."""
+        if uid in self.values:
+            return self.values[uid]
+        t = self.tensor(uid)
+        if t.is_scalar:
+            elem = element_type(t.data_type, f"scalar '{t.name}'")
+            lit = float_literal(t.scalar_value, elem) if elem in FLOAT_TYPES else (
+                ("true" if t.scalar_value else "false") if elem == "i1" else str(int(t.scalar_value)))
+            ssa = self.em.op(f"arith.constant dense<{lit}> : {tensor_type((), elem)}", "scalar")
+            v = Value(ssa, (), elem)
+            self.values[uid] = v
+            return v
+        raise LoweringError(f"tensor '{t.name}' (uid {uid}) is used before any node produces it")
+
+    def define(self, uid: int, v: Value) -> None:
+        """Binds the result of a node to tensor ``uid``, converting to its declared type."""
+        t = self.tensor(uid)
+        if uid in self.values:
+            raise LoweringError(f"tensor '{t.name}' (uid {uid}) is produced twice")
+        if tuple(t.dims) != v.shape:
+            raise LoweringError(f"tensor '{t.name}' (uid {uid}): declared dims {list(t.dims)} but the "
+                                f"producing node gives {list(v.shape)}")
+        self.values[uid] = self.em.convert(v, element_type(t.data_type, f"tensor '{t.name}'"),
+                                           unsigned=t.data_type == DataType.UINT8)
+
+    def out_elem(self, uid: int) -> str:
+        t = self.tensor(uid)
+        return element_type(t.data_type, f"tensor '{t.name}'")
+
+    def compute_elem(self, node: NodeDesc, default: str = "f32") -> str:
+        """Element type arithmetic runs in: the node's, else the graph's, else ``default``."""
+        for dt in (node.compute_data_type, self.graph.compute_data_type):
+            if dt != DataType.NOT_SET:
+                return element_type(dt, f"node '{node.name}' compute type")
+        return default
+
+
+def is_nan(x: float) -> bool:
+    return isinstance(x, float) and math.isnan(x)

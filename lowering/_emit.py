@@ -1,0 +1,243 @@
+"""Small MLIR text builder for linalg-on-tensors.
+
+Keeps SSA names unique, formats tensor types and wraps the two shapes every
+lowering needs: an elementwise ``linalg.generic`` with broadcasting, and
+layout changes (transpose/broadcast) between physical and logical order.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from lowering._fbs.graph_generated import DataType
+from lowering.graph_ir import LoweringError
+
+# data type code -> (MLIR element type, numpy dtype name)
+ELEMENT_TYPES = {
+    DataType.FLOAT: ("f32", "float32"),
+    DataType.HALF: ("f16", "float16"),
+    DataType.BFLOAT16: ("bf16", "bfloat16"),
+    DataType.DOUBLE: ("f64", "float64"),
+    DataType.INT8: ("i8", "int8"),
+    DataType.UINT8: ("i8", "uint8"),
+    DataType.INT32: ("i32", "int32"),
+    DataType.INT64: ("i64", "int64"),
+    DataType.BOOLEAN: ("i1", "bool"),
+}
+FLOAT_TYPES = ("f16", "bf16", "f32", "f64")
+_FLOAT_WIDTH = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}
+_INT_WIDTH = {"i1": 1, "i8": 8, "i32": 32, "i64": 64}
+
+
+def element_type(data_type: int, what: str = "tensor") -> str:
+    try:
+        return ELEMENT_TYPES[data_type][0]
+    except KeyError:
+        raise LoweringError(f"{what}: data type {data_type} has no MLIR element type", "unsupported") from None
+
+
+def tensor_type(shape: Sequence[int], elem: str) -> str:
+    return f"tensor<{''.join(f'{d}x' for d in shape)}{elem}>"
+
+
+def float_literal(value: float, elem: str) -> str:
+    if math.isnan(value):
+        return {"f16": "0x7E00", "bf16": "0x7FC0", "f32": "0x7FC00000", "f64": "0x7FF8000000000000"}[elem]
+    if math.isinf(value):
+        pos = value > 0
+        return {"f16": ("0x7C00", "0xFC00"), "bf16": ("0x7F80", "0xFF80"),
+                "f32": ("0x7F800000", "0xFF800000"),
+                "f64": ("0x7FF0000000000000", "0xFFF0000000000000")}[elem][0 if pos else 1]
+    return repr(float(value)).replace("inf", "0.0")  # repr gives an exact round-trip literal
+
+
+@dataclass(frozen=True)
+class Value:
+    """An SSA tensor value with its logical shape and element type."""
+
+    ssa: str
+    shape: tuple[int, ...]
+    elem: str
+
+    @property
+    def type(self) -> str:
+        return tensor_type(self.shape, self.elem)
+
+
+class Emitter:
+    def __init__(self):
+        self.lines: list[str] = []
+        self._count = 0
+        self._indent = 1
+
+    # -- basics -------------------------------------------------------------
+    def fresh(self, hint: str = "v") -> str:
+        self._count += 1
+        return f"%{hint}{self._count}"
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self._indent + line)
+
+    def op(self, text: str, hint: str = "v") -> str:
+        name = self.fresh(hint)
+        self.emit(f"{name} = {text}")
+        return name
+
+    def const(self, value: float, elem: str) -> str:
+        if elem in FLOAT_TYPES:
+            return self.op(f"arith.constant {float_literal(value, elem)} : {elem}", "cst")
+        if elem == "i1":
+            return self.op(f"arith.constant {'true' if value else 'false'}", "cst")
+        return self.op(f"arith.constant {int(value)} : {elem}", "cst")
+
+    def cast(self, ssa: str, src: str, dst: str, unsigned: bool = False) -> str:
+        """Scalar conversion between element types (inside a region)."""
+        if src == dst:
+            return ssa
+        sf, df = src in FLOAT_TYPES, dst in FLOAT_TYPES
+        if sf and df:
+            if src in ("f16", "bf16") and dst in ("f16", "bf16"):
+                ssa = self.op(f"arith.extf {ssa} : {src} to f32")
+                src = "f32"
+            opname = "arith.extf" if _FLOAT_WIDTH[dst] > _FLOAT_WIDTH[src] else "arith.truncf"
+            return self.op(f"{opname} {ssa} : {src} to {dst}")
+        if sf and not df:
+            if dst == "i1":
+                zero = self.const(0.0, src)
+                return self.op(f"arith.cmpf une, {ssa}, {zero} : {src}")
+            return self.op(f"arith.{'fptoui' if unsigned else 'fptosi'} {ssa} : {src} to {dst}")
+        if not sf and df:
+            return self.op(f"arith.{'uitofp' if unsigned or src == 'i1' else 'sitofp'} {ssa} : {src} to {dst}")
+        if _INT_WIDTH[dst] > _INT_WIDTH[src]:
+            return self.op(f"arith.{'extui' if unsigned or src == 'i1' else 'extsi'} {ssa} : {src} to {dst}")
+        if dst == "i1":
+            zero = self.const(0, src)
+            return self.op(f"arith.cmpi ne, {ssa}, {zero} : {src}")
+        return self.op(f"arith.trunci {ssa} : {src} to {dst}")
+
+    def empty(self, shape, elem) -> str:
+        return self.op(f"tensor.empty() : {tensor_type(shape, elem)}", "empty")
+
+    def filled(self, shape, elem, value: float) -> str:
+        c = self.const(value, elem)
+        e = self.empty(shape, elem)
+        return self.op(f"linalg.fill ins({c} : {elem}) outs({e} : {tensor_type(shape, elem)}) "
+                       f"-> {tensor_type(shape, elem)}", "fill")
+
+    # -- structured ops -----------------------------------------------------
+    def generic(self, inputs: Sequence[tuple[Value, str]], out_shape, out_elem: str,
+                iterators: Sequence[str], out_map: str,
+                body: Callable[[list[str]], str], init: str | None = None) -> Value:
+        """``linalg.generic``; ``inputs`` pairs values with affine maps; ``body`` gets the
+        block arguments (inputs then the output) and returns the yielded SSA name."""
+        out_t = tensor_type(out_shape, out_elem)
+        if init is None:
+            init = self.empty(out_shape, out_elem)
+        maps = ", ".join([m for _, m in inputs] + [out_map])
+        its = ", ".join(f'"{i}"' for i in iterators)
+        ins = ", ".join(v.ssa for v, _ in inputs)
+        ins_t = ", ".join(v.type for v, _ in inputs)
+        name = self.fresh("g")
+        ins_clause = f"ins({ins} : {ins_t}) " if inputs else ""
+        self.emit(f"{name} = linalg.generic {{indexing_maps = [{maps}], iterator_types = [{its}]}} "
+                  f"{ins_clause}outs({init} : {out_t}) {{")
+        args = [self.fresh("a") for _ in range(len(inputs) + 1)]
+        sig = ", ".join(f"{a}: {t}" for a, t in zip(args, [v.elem for v, _ in inputs] + [out_elem]))
+        self.emit(f"^bb0({sig}):")
+        self._indent += 1
+        result = body(args)
+        self.emit(f"linalg.yield {result} : {out_elem}")
+        self._indent -= 1
+        self.emit(f"}} -> {out_t}")
+        return Value(name, tuple(out_shape), out_elem)
+
+    def elementwise(self, inputs: Sequence[Value], out_shape, out_elem: str,
+                    body: Callable[[list[str]], str]) -> Value:
+        """Elementwise op over ``out_shape`` with right-aligned (PyTorch) broadcasting."""
+        rank = len(out_shape)
+        dims = [f"d{i}" for i in range(rank)]
+        domain = f"({', '.join(dims)})"
+        pairs = []
+        for v in inputs:
+            off = rank - len(v.shape)
+            if off < 0:
+                raise LoweringError(f"operand of shape {list(v.shape)} has higher rank than result {list(out_shape)}")
+            exprs = []
+            for i, d in enumerate(v.shape):
+                if d == out_shape[off + i]:
+                    exprs.append(dims[off + i])
+                elif d == 1:
+                    exprs.append("0")
+                else:
+                    raise LoweringError(f"shape {list(v.shape)} does not broadcast to {list(out_shape)}")
+            pairs.append((v, f"affine_map<{domain} -> ({', '.join(exprs)})>"))
+        ident = f"affine_map<{domain} -> ({', '.join(dims)})>"
+        return self.generic(pairs, out_shape, out_elem, ["parallel"] * rank, ident, body)
+
+    def convert(self, v: Value, elem: str, unsigned: bool = False) -> Value:
+        if v.elem == elem:
+            return v
+        return self.elementwise([v], v.shape, elem, lambda a: self.cast(a[0], v.elem, elem, unsigned))
+
+    def transpose(self, v: Value, perm: Sequence[int]) -> Value:
+        """``result.shape[i] = v.shape[perm[i]]``."""
+        perm = tuple(perm)
+        if perm == tuple(range(len(perm))):
+            return v
+        shape = tuple(v.shape[p] for p in perm)
+        init = self.empty(shape, v.elem)
+        name = self.op(f"linalg.transpose ins({v.ssa} : {v.type}) outs({init} : {tensor_type(shape, v.elem)}) "
+                       f"permutation = [{', '.join(map(str, perm))}]", "t")
+        return Value(name, shape, v.elem)
+
+    def broadcast(self, v: Value, shape: Sequence[int], added: Sequence[int]) -> Value:
+        """Adds the axes ``added`` (positions in ``shape``) to ``v``."""
+        if not added:
+            return v
+        init = self.empty(shape, v.elem)
+        name = self.op(f"linalg.broadcast ins({v.ssa} : {v.type}) outs({init} : {tensor_type(shape, v.elem)}) "
+                       f"dimensions = [{', '.join(map(str, added))}]", "b")
+        return Value(name, tuple(shape), v.elem)
+
+    def reshape(self, v: Value, shape: Sequence[int]) -> Value:
+        """Reshape between shapes that differ only by size-1 axes."""
+        shape = tuple(shape)
+        if shape == v.shape:
+            return v
+        src, dst = list(v.shape), list(shape)
+        coll = len(src) > len(dst)
+        small, big = (dst, src) if coll else (src, dst)
+        groups = _unit_groups(small, big)
+        if groups is None:
+            raise LoweringError(f"cannot reshape {src} to {dst}")
+        reassoc = "[" + ", ".join("[" + ", ".join(map(str, g)) + "]" for g in groups) + "]"
+        if coll:
+            name = self.op(f"tensor.collapse_shape {v.ssa} {reassoc} : {v.type} into {tensor_type(shape, v.elem)}", "r")
+        else:
+            name = self.op(f"tensor.expand_shape {v.ssa} {reassoc} output_shape [{', '.join(map(str, shape))}] "
+                           f": {v.type} into {tensor_type(shape, v.elem)}", "r")
+        return Value(name, shape, v.elem)
+
+
+def _unit_groups(small: list[int], big: list[int]):
+    """Groups of ``big``'s axes, one per axis of ``small``, where the extra axes are size 1."""
+    if not small:
+        return [] if all(d == 1 for d in big) else None
+    groups, j = [], 0
+    for i, d in enumerate(small):
+        g = []
+        while j < len(big) and big[j] == 1 and d != 1:
+            g.append(j)
+            j += 1
+        if j >= len(big) or big[j] != d:
+            return None
+        g.append(j)
+        j += 1
+        groups.append(g)
+    while j < len(big):
+        if big[j] != 1:
+            return None
+        groups[-1].append(j)
+        j += 1
+    return groups

@@ -1,0 +1,119 @@
+"""Emits one ``func.func @main`` for a whole graph.
+
+ABI: one argument per bound tensor (non-virtual, non-scalar), in ascending
+UID order, each in its physical (memory-order) shape; outputs are arguments
+marked ``{iree.abi.output = N}`` so results land in caller storage. The
+UID <-> argument mapping travels in ``iree.reflection`` as JSON under the key
+``hipdnn_iree.abi`` so a compiled module is self-describing.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import lowering.ops  # noqa: F401  (registers the op lowerings)
+from lowering._context import LowerContext
+from lowering._emit import ELEMENT_TYPES, Emitter, Value, element_type, tensor_type
+from lowering._fbs.graph_generated import DataType
+from lowering._registry import LOWERINGS
+from lowering.graph_ir import GraphDesc, LoweringError, decode_graph
+from lowering.layout import physical_layout
+
+ENTRY_POINT = "main"
+REFLECTION_KEY = "hipdnn_iree.abi"
+# History: 1 (2026-11-29) first layout: {"version", "graph", "target", "tensors": [...]}.
+ABI_FORMAT_VERSION = 1
+
+_DTYPE_NAMES = {v: k for k, v in vars(DataType).items() if not k.startswith("_") and isinstance(v, int)}
+
+
+@dataclass(frozen=True)
+class Lowered:
+    mlir: str
+    abi: dict
+
+
+def _mlir_string(s: str) -> str:
+    return '"' + "".join(c if c not in '"\\' and 32 <= ord(c) < 127 else f"\\{ord(c):02X}"
+                         for c in s) + '"'
+
+
+def lower(graph_bytes: bytes, target: str = "llvm-cpu:host", verify: bool = True) -> Lowered:
+    """Lowers a ``schemas/graph.fbs`` graph to MLIR text (parsed and verified by default)."""
+    graph = decode_graph(graph_bytes)
+    return lower_graph(graph, target, verify)
+
+
+def lower_graph(graph: GraphDesc, target: str, verify: bool = True) -> Lowered:
+    if not graph.nodes:
+        raise LoweringError(f"graph '{graph.name}' has no nodes")
+    produced = graph.output_uids()
+    bound = graph.bound_tensors()
+    em = Emitter()
+    ctx = LowerContext(graph, em)
+    args, abi_tensors, outputs = [], [], []
+    for i, t in enumerate(bound):
+        what = f"tensor '{t.name}' (uid {t.uid})"
+        elem = element_type(t.data_type, what)
+        lay = physical_layout(t.dims, t.strides, what)
+        role = "output" if t.uid in produced else "input"
+        if role == "output" and lay.bcast_axes:
+            raise LoweringError(f"{what}: an output cannot have stride 0 on axes {list(lay.bcast_axes)}")
+        arg = f"%arg{i}"
+        attr = ""
+        if role == "output":
+            attr = f" {{iree.abi.output = {len(outputs)} : index}}"
+            outputs.append((t, lay))
+        args.append(f"{arg}: {tensor_type(lay.phys_shape, elem)}{attr}")
+        abi_tensors.append({"uid": t.uid, "name": t.name, "role": role, "arg": i,
+                            "data_type": _DTYPE_NAMES.get(t.data_type, str(t.data_type)),
+                            "dims": list(t.dims), "strides": list(t.strides)})
+        if role == "input":
+            v = Value(arg, lay.phys_shape, elem)
+            kept = [a for a in range(len(t.dims)) if a not in lay.bcast_axes]
+            # memory order -> logical order of the kept axes
+            v = em.transpose(v, [lay.order.index(a) for a in kept])
+            v = em.broadcast(v, t.dims, lay.bcast_axes)
+            ctx.values[t.uid] = v
+    if not outputs:
+        raise LoweringError(f"graph '{graph.name}' has no output tensor: mark one with set_output(True)")
+    for node in graph.nodes:
+        fn = LOWERINGS.get(node.kind)
+        if fn is None:
+            raise LoweringError(f"node '{node.name}': op kind {node.kind.name} has no lowering", "unsupported")
+        fn(ctx, node)
+    results = []
+    for t, lay in outputs:
+        v = ctx.values.get(t.uid)
+        if v is None:
+            raise LoweringError(f"output tensor '{t.name}' (uid {t.uid}) is never produced")
+        results.append(em.transpose(v, lay.order))
+    abi = {"version": ABI_FORMAT_VERSION, "graph": graph.name, "target": target,
+           "entry": ENTRY_POINT, "tensors": abi_tensors}
+    refl = f"iree.reflection = {{{REFLECTION_KEY} = {_mlir_string(json.dumps(abi, separators=(',', ':')))}}}"
+    res_types = ", ".join(r.type for r in results)
+    header = (f"func.func @{ENTRY_POINT}({', '.join(args)}) -> ({res_types}) attributes {{{refl}}} {{")
+    body = em.lines + [f"  return {', '.join(r.ssa for r in results)} : {res_types}"]
+    text = "\n".join(["module {", header, *body, "}", "}", ""])
+    if verify:
+        verify_mlir(text)
+    return Lowered(text, abi)
+
+
+def verify_mlir(text: str) -> None:
+    """Parses and verifies ``text`` with ``iree.compiler.ir``; raises LoweringError with diagnostics."""
+    from iree.compiler import ir  # NOTE: imported here so restoring a plan never loads the compiler
+
+    with ir.Context() as context:
+        diags = []
+        handle = context.attach_diagnostic_handler(lambda d: diags.append(str(d)) or True)
+        try:
+            module = ir.Module.parse(text)
+            ok = module.operation.verify()
+        except Exception as e:  # MLIRError carries the parser's diagnostics
+            raise LoweringError(f"emitted MLIR does not parse: {e}\n--- MLIR ---\n{text}", "internal") from None
+        finally:
+            handle.detach()
+        if not ok:
+            raise LoweringError("emitted MLIR fails verification: " + "; ".join(diags)
+                                + f"\n--- MLIR ---\n{text}", "internal")

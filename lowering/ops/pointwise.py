@@ -1,0 +1,208 @@
+"""Pointwise ops -> one broadcasting ``linalg.generic`` each (IREE fuses chains)."""
+from __future__ import annotations
+
+import math
+
+from lowering._context import LowerContext, is_nan
+from lowering._emit import Emitter
+from lowering._fbs.graph_generated import PointwiseMode as M
+from lowering._registry import register_lowering
+from lowering.graph_ir import LoweringError, NodeDesc, OpKind
+
+ARITY = {
+    **{m: 2 for m in (M.ADD, M.SUB, M.MUL, M.DIV, M.MAX_OP, M.MIN_OP, M.POW, M.MOD, M.ADD_SQUARE,
+                      M.CMP_EQ, M.CMP_NEQ, M.CMP_GT, M.CMP_GE, M.CMP_LT, M.CMP_LE,
+                      M.LOGICAL_AND, M.LOGICAL_OR,
+                      M.RELU_BWD, M.SIGMOID_BWD, M.TANH_BWD, M.GELU_BWD, M.GELU_APPROX_TANH_BWD,
+                      M.SWISH_BWD, M.ELU_BWD, M.SOFTPLUS_BWD)},
+    **{m: 1 for m in (M.RELU_FWD, M.SIGMOID_FWD, M.TANH_FWD, M.GELU_FWD, M.GELU_APPROX_TANH_FWD,
+                      M.SWISH_FWD, M.ELU_FWD, M.SOFTPLUS_FWD, M.EXP, M.LOG, M.SQRT, M.RSQRT, M.ABS,
+                      M.NEG, M.RECIPROCAL, M.ERF, M.SIN, M.COS, M.TAN, M.CEIL, M.FLOOR, M.IDENTITY,
+                      M.LOGICAL_NOT)},
+    M.BINARY_SELECT: 3,
+}
+COMPARE = {M.CMP_EQ: "oeq", M.CMP_NEQ: "une", M.CMP_GT: "ogt", M.CMP_GE: "oge", M.CMP_LT: "olt", M.CMP_LE: "ole"}
+LOGICAL = (M.LOGICAL_AND, M.LOGICAL_OR, M.LOGICAL_NOT)
+_GELU_K = math.sqrt(2.0 / math.pi)
+
+
+class _Math:
+    """Scalar math in one float element type, emitted into a region."""
+
+    def __init__(self, em: Emitter, t: str):
+        self.em, self.t = em, t
+
+    def c(self, v: float) -> str:
+        return self.em.const(v, self.t)
+
+    def bin(self, op: str, a: str, b: str) -> str:
+        return self.em.op(f"arith.{op} {a}, {b} : {self.t}")
+
+    def un(self, op: str, a: str) -> str:
+        return self.em.op(f"{op} {a} : {self.t}")
+
+    def add(self, a, b): return self.bin("addf", a, b)
+    def sub(self, a, b): return self.bin("subf", a, b)
+    def mul(self, a, b): return self.bin("mulf", a, b)
+    def div(self, a, b): return self.bin("divf", a, b)
+    def exp(self, a): return self.un("math.exp", a)
+
+    def cmp(self, pred: str, a: str, b: str) -> str:
+        return self.em.op(f"arith.cmpf {pred}, {a}, {b} : {self.t}")
+
+    def select(self, cond: str, a: str, b: str) -> str:
+        return self.em.op(f"arith.select {cond}, {a}, {b} : {self.t}")
+
+    def sigmoid(self, a):
+        one = self.c(1.0)
+        return self.div(one, self.add(one, self.exp(self.un("arith.negf", a))))
+
+    def phi_cdf(self, a):  # 0.5 * (1 + erf(a / sqrt 2))
+        e = self.un("math.erf", self.mul(a, self.c(1.0 / math.sqrt(2.0))))
+        return self.mul(self.c(0.5), self.add(self.c(1.0), e))
+
+    def tanh_inner(self, a):  # k * (a + 0.044715 a^3)
+        a3 = self.mul(self.mul(a, a), a)
+        return self.mul(self.c(_GELU_K), self.add(a, self.mul(self.c(0.044715), a3)))
+
+
+def _param(v: float, default: float) -> float:
+    return default if is_nan(v) else v
+
+
+def _fwd(mm: _Math, mode: int, x: list[str], attrs) -> str:
+    """Value of ``mode`` on scalar operands ``x`` (already in the compute type)."""
+    a = x[0]
+    b = x[1] if len(x) > 1 else None
+    simple_bin = {M.ADD: "addf", M.SUB: "subf", M.MUL: "mulf", M.DIV: "divf", M.MAX_OP: "maximumf",
+                  M.MIN_OP: "minimumf", M.MOD: "remf"}
+    simple_un = {M.EXP: "math.exp", M.LOG: "math.log", M.SQRT: "math.sqrt", M.RSQRT: "math.rsqrt",
+                 M.ABS: "math.absf", M.NEG: "arith.negf", M.ERF: "math.erf", M.SIN: "math.sin",
+                 M.COS: "math.cos", M.TAN: "math.tan", M.CEIL: "math.ceil", M.FLOOR: "math.floor",
+                 M.TANH_FWD: "math.tanh"}
+    if mode in simple_bin:
+        return mm.bin(simple_bin[mode], a, b)
+    if mode in simple_un:
+        return mm.un(simple_un[mode], a)
+    if mode == M.POW:
+        return mm.em.op(f"math.powf {a}, {b} : {mm.t}")
+    if mode == M.IDENTITY:
+        return a
+    if mode == M.RECIPROCAL:
+        return mm.div(mm.c(1.0), a)
+    if mode == M.ADD_SQUARE:
+        return mm.add(a, mm.mul(b, b))
+    if mode == M.RELU_FWD:
+        return mm.bin("maximumf", a, mm.c(0.0))
+    if mode == M.SIGMOID_FWD:
+        return mm.sigmoid(a)
+    if mode == M.GELU_FWD:
+        return mm.mul(a, mm.phi_cdf(a))
+    if mode == M.GELU_APPROX_TANH_FWD:
+        t = mm.un("math.tanh", mm.tanh_inner(a))
+        return mm.mul(mm.mul(mm.c(0.5), a), mm.add(mm.c(1.0), t))
+    if mode == M.SWISH_FWD:
+        beta = _param(attrs.beta, 1.0)
+        return mm.mul(a, mm.sigmoid(mm.mul(mm.c(beta), a)))
+    if mode == M.ELU_FWD:
+        alpha = _param(attrs.alpha, 1.0)
+        neg = mm.mul(mm.c(alpha), mm.sub(mm.exp(a), mm.c(1.0)))
+        return mm.select(mm.cmp("ogt", a, mm.c(0.0)), a, neg)
+    if mode == M.SOFTPLUS_FWD:
+        beta, thr = _param(attrs.beta, 1.0), _param(attrs.threshold, 20.0)
+        bx = mm.mul(mm.c(beta), a)
+        soft = mm.div(mm.un("math.log1p", mm.exp(bx)), mm.c(beta))
+        return mm.select(mm.cmp("ogt", bx, mm.c(thr)), a, soft)
+    # Backward modes: x[0] = dy, x[1] = x; result = dy * f'(x).
+    dy, xx = a, b
+    if mode == M.RELU_BWD:
+        return mm.select(mm.cmp("ogt", xx, mm.c(0.0)), dy, mm.c(0.0))
+    if mode == M.SIGMOID_BWD:
+        s = mm.sigmoid(xx)
+        d = mm.mul(s, mm.sub(mm.c(1.0), s))
+    elif mode == M.TANH_BWD:
+        t = mm.un("math.tanh", xx)
+        d = mm.sub(mm.c(1.0), mm.mul(t, t))
+    elif mode == M.GELU_BWD:
+        pdf = mm.mul(mm.c(1.0 / math.sqrt(2.0 * math.pi)),
+                     mm.exp(mm.mul(mm.c(-0.5), mm.mul(xx, xx))))
+        d = mm.add(mm.phi_cdf(xx), mm.mul(xx, pdf))
+    elif mode == M.GELU_APPROX_TANH_BWD:
+        t = mm.un("math.tanh", mm.tanh_inner(xx))
+        inner_d = mm.mul(mm.c(_GELU_K), mm.add(mm.c(1.0), mm.mul(mm.c(3 * 0.044715), mm.mul(xx, xx))))
+        d = mm.add(mm.mul(mm.c(0.5), mm.add(mm.c(1.0), t)),
+                   mm.mul(mm.mul(mm.c(0.5), xx), mm.mul(mm.sub(mm.c(1.0), mm.mul(t, t)), inner_d)))
+    elif mode == M.SWISH_BWD:
+        beta = _param(attrs.beta, 1.0)
+        bx = mm.mul(mm.c(beta), xx)
+        s = mm.sigmoid(bx)
+        d = mm.add(s, mm.mul(bx, mm.mul(s, mm.sub(mm.c(1.0), s))))
+    elif mode == M.ELU_BWD:
+        alpha = _param(attrs.alpha, 1.0)
+        d = mm.select(mm.cmp("ogt", xx, mm.c(0.0)), mm.c(1.0), mm.mul(mm.c(alpha), mm.exp(xx)))
+    elif mode == M.SOFTPLUS_BWD:
+        beta, thr = _param(attrs.beta, 1.0), _param(attrs.threshold, 20.0)
+        bx = mm.mul(mm.c(beta), xx)
+        d = mm.select(mm.cmp("ogt", bx, mm.c(thr)), mm.c(1.0), mm.sigmoid(bx))
+    else:
+        raise LoweringError(f"pointwise mode {mode} is not supported", "unsupported")
+    return mm.mul(dy, d)
+
+
+def broadcast_shape(shapes) -> tuple[int, ...]:
+    rank = max(len(s) for s in shapes)
+    out = []
+    for i in range(rank):
+        ds = {s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0} - {1}
+        if len(ds) > 1:
+            raise LoweringError(f"shapes {[list(s) for s in shapes]} do not broadcast together")
+        out.append(ds.pop() if ds else 1)
+    return tuple(out)
+
+
+@register_lowering(OpKind.POINTWISE)
+def lower_pointwise(ctx: LowerContext, node: NodeDesc) -> None:
+    attrs = node.attrs
+    mode = attrs.operation
+    if mode not in ARITY:
+        raise LoweringError(f"pointwise '{node.name}': mode {mode} is not supported", "unsupported")
+    ins = [ctx.value(u) for u in attrs.inputs()]
+    if len(ins) != ARITY[mode]:
+        raise LoweringError(f"pointwise '{node.name}': mode {M.__dict__.get(mode, mode)} takes "
+                            f"{ARITY[mode]} inputs, got {len(ins)}")
+    out_uid = attrs.out_0_uid
+    out_t = ctx.tensor(out_uid)
+    shape = tuple(out_t.dims)
+    out_elem = ctx.out_elem(out_uid)
+    em = ctx.em
+    if mode in COMPARE or mode in LOGICAL or mode == M.BINARY_SELECT:
+        ct = ctx.compute_elem(node)
+        def body(args):
+            xs = args[:-1]
+            if mode in COMPARE:
+                mm = _Math(em, ct)
+                r = mm.cmp(COMPARE[mode], *[em.cast(x, v.elem, ct) for x, v in zip(xs, ins)])
+            elif mode == M.BINARY_SELECT:
+                cond = em.cast(xs[2], ins[2].elem, "i1")
+                r = em.op(f"arith.select {cond}, {em.cast(xs[0], ins[0].elem, out_elem)}, "
+                          f"{em.cast(xs[1], ins[1].elem, out_elem)} : {out_elem}")
+                return r
+            else:
+                bs = [em.cast(x, v.elem, "i1") for x, v in zip(xs, ins)]
+                if mode == M.LOGICAL_NOT:
+                    r = em.op(f"arith.xori {bs[0]}, {em.const(1, 'i1')} : i1")
+                else:
+                    r = em.op(f"arith.{'andi' if mode == M.LOGICAL_AND else 'ori'} {bs[0]}, {bs[1]} : i1")
+            return em.cast(r, "i1", out_elem)
+    else:
+        ct = ctx.compute_elem(node)
+        if ct not in ("f16", "bf16", "f32", "f64"):
+            ct = "f32"
+        def body(args):
+            mm = _Math(em, ct)
+            xs = [em.cast(x, v.elem, ct) for x, v in zip(args[:-1], ins)]
+            return em.cast(_fwd(mm, mode, xs, attrs), ct, out_elem)
+    if broadcast_shape([v.shape for v in ins] + [shape]) != shape:
+        raise LoweringError(f"pointwise '{node.name}': inputs of shapes {[list(v.shape) for v in ins]} "
+                            f"do not broadcast to the output dims {list(shape)}")
+    ctx.define(out_uid, em.elementwise(ins, shape, out_elem, body))
