@@ -7,7 +7,10 @@ import numbers
 from hipdnn_iree import backend as _backend
 from hipdnn_iree._engine_ids import engine_id_from_name
 from hipdnn_iree._handle import Handle
-from hipdnn_iree._infer import INFER
+from hipdnn_iree._infer import FRONTEND_METHODS, INFER  # noqa: F401
+from hipdnn_iree._ops_conv import ConvOps
+from hipdnn_iree._ops_norm import NormOps
+from hipdnn_iree._ops_sdpa import SdpaOps
 from hipdnn_iree._status import HipdnnError, Status
 from hipdnn_iree._tensor import TensorAttributes
 from hipdnn_iree._types import DataType, NormFwdPhase, PointwiseMode, ReductionMode
@@ -21,11 +24,6 @@ _COMPARE_OR_LOGICAL = {PointwiseMode.CMP_EQ, PointwiseMode.CMP_NEQ, PointwiseMod
                        PointwiseMode.CMP_LT, PointwiseMode.CMP_LE, PointwiseMode.LOGICAL_AND,
                        PointwiseMode.LOGICAL_OR, PointwiseMode.LOGICAL_NOT}
 
-# op kind -> the Graph method that adds it (checked by the op-completeness test)
-FRONTEND_METHODS: dict[OpKind, str] = {
-    OpKind.POINTWISE: "pointwise",
-    OpKind.MATMUL: "matmul",
-}
 
 
 class _Node:
@@ -36,7 +34,7 @@ class _Node:
         self.params = params
 
 
-class Graph:
+class Graph(ConvOps, NormOps, SdpaOps):
     """An operation graph and, once built, its execution plan.
 
     Example:

@@ -12,6 +12,14 @@ from hipdnn_iree._status import HipdnnError, Status
 from lowering.graph_ir import LoweringError, NodeDesc, OpKind
 
 INFER: dict[OpKind, Callable] = {}
+# op kind -> name of the Graph method that adds it (checked by the op-completeness test)
+FRONTEND_METHODS: dict[OpKind, str] = {OpKind.POINTWISE: "pointwise", OpKind.MATMUL: "matmul"}
+
+
+def register_frontend(kind: OpKind, method: str) -> None:
+    if kind in FRONTEND_METHODS:
+        raise RuntimeError(f"duplicate frontend method for {kind.name}")
+    FRONTEND_METHODS[kind] = method
 
 
 def register_infer(kind: OpKind):

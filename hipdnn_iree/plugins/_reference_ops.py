@@ -104,3 +104,7 @@ def ref_pointwise(node: NodeDesc, env: dict) -> dict:
 def ref_matmul(node: NodeDesc, env: dict) -> dict:
     at = node.attrs
     return {at.c_uid: np.matmul(_f64(env[at.a_uid]), _f64(env[at.b_uid]))}
+
+
+# NOTE: imported last: these modules register into REFERENCES defined above.
+from hipdnn_iree.plugins import _reference_conv, _reference_norm, _reference_sdpa  # noqa: E402,F401

@@ -1,2 +1,2 @@
 """Op lowerings; importing this package registers every one of them."""
-from lowering.ops import matmul, pointwise  # noqa: F401
+from lowering.ops import conv, matmul, norm, pointwise, sdpa  # noqa: F401

@@ -1,0 +1,22 @@
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/harness.py, tests/tolerances.py
+
+import hipdnn_iree as hd  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def cpu():
+    """A CPU handle (IREE local-task, llvm-cpu host target)."""
+    return hd.create_handle()
+
+
+@pytest.fixture
+def rng(request):
+    # Fresh data per test, reproducible from the test id and printed on failure.
+    seed = abs(hash(request.node.nodeid)) % (2**32)
+    return np.random.default_rng(seed)
