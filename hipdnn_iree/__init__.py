@@ -12,9 +12,11 @@ from hipdnn_iree._engine_ids import engine_id_from_name
 from hipdnn_iree._handle import Handle, create_handle
 from hipdnn_iree._tensor import TensorAttributes
 from hipdnn_iree._graph import Graph
+from hipdnn_iree._planfile import load_plan, save_plan
 from hipdnn_iree import backend
+from hipdnn_iree.backend import PlanTensor
 
 __all__ = [
-    "DataType", "Graph", "Handle", "HipdnnError", "NormFwdPhase", "PointwiseMode", "ReductionMode", "Status",
-    "TensorAttributes", "__version__", "backend", "create_handle", "engine_id_from_name",
+    "DataType", "Graph", "Handle", "HipdnnError", "NormFwdPhase", "PlanTensor", "PointwiseMode", "ReductionMode", "Status",
+    "TensorAttributes", "__version__", "backend", "create_handle", "engine_id_from_name", "load_plan", "save_plan",
 ]

@@ -344,38 +344,63 @@ class Graph(ConvOps, NormOps, SdpaOps):
         plan.execute(variant_pack, workspace)
 
     # -- compiled-plan serialization (RFC 0009) ------------------------------------------
-    def serialize_compiled_plan(self) -> bytes:
-        """The compiled plan as bytes: envelope + plugin payload (for IREE: FUSPLAN + .vmfb)."""
+    def serialize_compiled_plan(self, signing_key=None, _envelope_version=None) -> bytes:
+        """The compiled plan as bytes: envelope + plugin payload (for IREE: FUSPLAN + .vmfb).
+
+        Args:
+            signing_key: optional bytes/str; adds an HMAC-SHA256 signature that
+                ``deserialize_compiled_plan(..., verify_key=)`` checks.
+        """
         plan = self._require_plan("serialize_compiled_plan")
-        n = _backend.get_serialized_execution_plan(plan, 0, None)
+        if _envelope_version is not None:  # NOTE: only the frozen-corpus script writes old versions
+            return _backend.serialize_execution_plan(plan, signing_key, _envelope_version)
+        n = _backend.get_serialized_execution_plan(plan, 0, None, signing_key)
         buf = bytearray(n)
-        _backend.get_serialized_execution_plan(plan, n, buf)
+        _backend.get_serialized_execution_plan(plan, n, buf, signing_key)
         return bytes(buf)
 
-    def to_compiled_plan_binary(self) -> bytes:
-        return self.serialize_compiled_plan()
+    def to_compiled_plan_binary(self, signing_key=None) -> bytes:
+        return self.serialize_compiled_plan(signing_key)
 
-    def deserialize_compiled_plan(self, handle, data) -> "Graph":
-        """Restores a compiled plan into this (empty) graph; no compilation happens."""
+    def deserialize_compiled_plan(self, handle, data, verify_key=None) -> "Graph":
+        """Restores a compiled plan into this (empty) graph; no compilation happens.
+
+        With ``verify_key`` the plan must carry a valid signature made with that key.
+        """
         _check_handle(handle)
         if self._nodes or self._tensors:
             raise HipdnnError(Status.BAD_PARAM, "deserialize_compiled_plan needs an empty Graph: this one already "
                                                 "has tensors or operations")
-        plan = _backend.create_and_deserialize_execution_plan(handle, data)
+        plan = _backend.create_and_deserialize_execution_plan(handle, data, verify_key)
         self._reset_build()
         self._plan, self._handle, self._restored = plan, handle, True
         return self
 
-    def from_compiled_plan_binary(self, handle, data) -> "Graph":
-        return self.deserialize_compiled_plan(handle, data)
+    def from_compiled_plan_binary(self, handle, data, verify_key=None) -> "Graph":
+        return self.deserialize_compiled_plan(handle, data, verify_key)
 
     @classmethod
-    def from_compiled_plan(cls, handle, data) -> "Graph":
-        return cls().deserialize_compiled_plan(handle, data)
+    def from_compiled_plan(cls, handle, data, verify_key=None) -> "Graph":
+        return cls().deserialize_compiled_plan(handle, data, verify_key)
 
     def get_compiled_plan_tensor_uids(self) -> list[int]:
         return self._require_plan("get_compiled_plan_tensor_uids").get_attribute(
             _backend.Attribute.EXECUTION_PLAN_TENSOR_UIDS_EXT)
+
+    def get_compiled_plan_tensors(self) -> list:
+        """For each bound UID: role, dims, strides and data type, read from the plan alone.
+
+        Lets a caller allocate buffers for a plan they did not build. Returns a list of
+        :class:`hd.PlanTensor`, sorted by uid.
+        """
+        return self._require_plan("get_compiled_plan_tensors").get_attribute(
+            _backend.Attribute.EXECUTION_PLAN_TENSORS_EXT)
+
+    def release(self) -> None:
+        """Releases the plan's engine resources now (instead of at garbage collection)."""
+        if self._plan is not None:
+            self._plan.release()
+            self._plan = None
 
     @property
     def is_restored(self) -> bool:

@@ -26,6 +26,19 @@ class Attribute(enum.IntEnum):
     EXECUTION_PLAN_WORKSPACE_SIZE = 3
     EXECUTION_PLAN_TENSOR_UIDS_EXT = 4
     EXECUTION_PLAN_ENGINE_ID_EXT = 5
+    EXECUTION_PLAN_TENSORS_EXT = 6        # per-UID role, dims, strides, data type
+
+
+@dataclass(frozen=True)
+class PlanTensor:
+    """A tensor a plan binds at execute time, as the plan itself describes it."""
+
+    uid: int
+    name: str
+    role: str                 # "input" | "output"
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    data_type: object         # hd.DataType
 
 
 @dataclass
@@ -50,6 +63,7 @@ class ExecutionPlanDescriptor:
     engine_config: EngineConfig | None = None   # None when restored
     restored: bool = False
     finalized: bool = True
+    envelope: object = None                     # the decoded envelope when restored
 
     def get_attribute(self, attr: Attribute):
         attr = Attribute(attr)
@@ -63,6 +77,13 @@ class ExecutionPlanDescriptor:
             return int(self.engine_id)
         if attr == Attribute.EXECUTION_PLAN_HANDLE:
             return self.handle
+        if attr == Attribute.EXECUTION_PLAN_TENSORS_EXT:
+            from hipdnn_iree._types import DataType
+            tensors = getattr(self.context, "tensors", None)
+            if tensors is None:
+                raise HipdnnError(Status.NOT_SUPPORTED, "this engine's plans do not describe their tensors")
+            return [PlanTensor(t.uid, t.name, t.role, tuple(t.dims), tuple(t.strides), DataType(t.data_type))
+                    for t in sorted(tensors, key=lambda t: t.uid)]
         if attr == Attribute.EXECUTION_PLAN_ENGINE_CONFIG:
             if self.engine_config is None:
                 raise HipdnnError(Status.NOT_SUPPORTED,
@@ -116,7 +137,7 @@ def engine_name(handle: Handle, engine_id: int) -> str:
     return str(names.get(engine_id, engine_id))
 
 
-def _serialize(plan: ExecutionPlanDescriptor) -> bytes:
+def _serialize(plan: ExecutionPlanDescriptor, signing_key=None, version: int = _envelope.ENVELOPE_VERSION) -> bytes:
     if plan is None:
         raise HipdnnError(Status.BAD_PARAM_NULL_POINTER, "execution plan is None")
     if not plan.finalized or plan.context is None:
@@ -141,18 +162,30 @@ def _serialize(plan: ExecutionPlanDescriptor) -> bytes:
     finally:
         if serialized is not None:
             plugin.destroy_serialized_execution_context(serialized)
-    return _envelope.encode(_envelope.Envelope(_envelope.ENVELOPE_VERSION, plan.engine_id,
-                                               plan.workspace_size, tuple(sorted(plan.tensor_uids)), payload))
+    identity = {}
+    if version >= 2:
+        from hipdnn_iree._version import __version__
+        describe = getattr(plugin, "describe_execution_context", None)
+        info = dict(describe(plan.context)) if callable(describe) else {}
+        if plan.envelope is not None and plan.envelope.version >= 2:  # restored: keep what the builder recorded
+            for k in ("compiler_version", "target_device", "target_arch"):
+                info[k] = info.get(k) or getattr(plan.envelope, k)
+        identity = dict(plugin_name=plugin_name(plugin), plugin_version=str(getattr(plugin, "version", "")),
+                        producer_version=__version__, compiler_version=str(info.get("compiler_version", "")),
+                        target_device=str(info.get("target_device", "")), target_arch=str(info.get("target_arch", "")))
+    env = _envelope.Envelope(version, plan.engine_id, plan.workspace_size, tuple(sorted(plan.tensor_uids)), payload,
+                             **identity)
+    return _envelope.encode(env, signing_key)
 
 
 def get_serialized_execution_plan(plan: ExecutionPlanDescriptor, requested_byte_size: int,
-                                  serialized_plan) -> int:
+                                  serialized_plan, signing_key=None) -> int:
     """Two-call pattern: with ``serialized_plan=None`` returns the size; else fills it.
 
     Returns the plan's size in bytes. A buffer smaller than the plan raises
-    BAD_PARAM_SIZE_INSUFFICIENT.
+    BAD_PARAM_SIZE_INSUFFICIENT. ``signing_key`` adds an HMAC-SHA256 signature.
     """
-    data = _serialize(plan)
+    data = _serialize(plan, signing_key)
     if serialized_plan is None:
         return len(data)
     if requested_byte_size < len(data):
@@ -172,26 +205,39 @@ def get_serialized_execution_plan(plan: ExecutionPlanDescriptor, requested_byte_
     return len(data)
 
 
-def serialize_execution_plan(plan: ExecutionPlanDescriptor) -> bytes:
-    """Convenience: the plan's envelope bytes."""
-    return _serialize(plan)
+def serialize_execution_plan(plan: ExecutionPlanDescriptor, signing_key=None,
+                             envelope_version: int = _envelope.ENVELOPE_VERSION) -> bytes:
+    """Convenience: the plan's envelope bytes (``envelope_version=1`` writes the RFC's v1 layout)."""
+    if envelope_version not in _envelope.SUPPORTED_VERSIONS:
+        raise HipdnnError(Status.NOT_SUPPORTED, f"cannot write envelope version {envelope_version}; supported: "
+                                                f"{_envelope.SUPPORTED_VERSIONS}")
+    return _serialize(plan, signing_key, envelope_version)
 
 
-def create_and_deserialize_execution_plan(handle: Handle, serialized_plan) -> ExecutionPlanDescriptor:
-    """Restores a finalized plan from envelope bytes, with no graph and no compiler."""
+def create_and_deserialize_execution_plan(handle: Handle, serialized_plan, verify_key=None) -> ExecutionPlanDescriptor:
+    """Restores a finalized plan from envelope bytes, with no graph and no compiler.
+
+    With ``verify_key`` the plan must carry a valid HMAC-SHA256 signature.
+    """
     if handle is None:
         raise HipdnnError(Status.BAD_PARAM_NULL_POINTER, "handle is None")
     if not isinstance(handle, Handle):
         raise HipdnnError(Status.BAD_PARAM, f"expected a handle from create_handle(), got {type(handle).__name__}")
-    env = _envelope.decode(serialized_plan)
+    env = _envelope.decode(serialized_plan, verify_key)
     plugin = handle.resource_manager.plugin_for(env.engine_id)
+    writer = f" (written by plugin {env.plugin_name} {env.plugin_version})" if env.plugin_name else ""
     if plugin is None:
         raise HipdnnError(Status.INTERNAL_ERROR,
-                          f"no loaded engine plugin serves engine id {env.engine_id} (loaded engines: "
-                          f"{', '.join(engine_name(handle, e) for e in handle.resource_manager.engine_ids()) or 'none'})")
+                          f"no loaded engine plugin serves engine id {env.engine_id}{writer}; loaded engines: "
+                          f"{', '.join(engine_name(handle, e) for e in handle.resource_manager.engine_ids()) or 'none'}")
     if not has_serialization_hooks(plugin):
         raise HipdnnError(Status.NOT_SUPPORTED, f"engine plugin {plugin_name(plugin)} cannot restore compiled plans "
                                                 "(no serialization hooks)")
+    check = getattr(plugin, "check_plan_compatibility", None)
+    if callable(check) and env.version >= 2:
+        check({"plugin_name": env.plugin_name, "plugin_version": env.plugin_version,
+               "producer_version": env.producer_version, "compiler_version": env.compiler_version,
+               "target_device": env.target_device, "target_arch": env.target_arch})
     try:
         ctx = plugin.create_execution_context_from_serialized(env.plugin_payload)
     except HipdnnError:
@@ -204,4 +250,4 @@ def create_and_deserialize_execution_plan(handle: Handle, serialized_plan) -> Ex
         raise HipdnnError(Status.BAD_PARAM, f"envelope tensor_uids {sorted(env.tensor_uids)} disagree with the "
                                             f"plan payload's {ctx_uids}")
     return ExecutionPlanDescriptor(handle, env.engine_id, env.workspace_size, env.tensor_uids, plugin, ctx,
-                                   engine_config=None, restored=True)
+                                   engine_config=None, restored=True, envelope=env)

@@ -77,7 +77,11 @@ def test_roundtrip_frontend(cpu, plan_bytes, rng):
 
 def test_envelope_fields(plan_bytes):
     env = _envelope.decode(plan_bytes)
-    assert (env.version, env.engine_id, env.workspace_size, env.tensor_uids) == (1, IREE_ID, 0, (1, 2, 3))
+    assert (env.version, env.engine_id, env.workspace_size, env.tensor_uids) == (2, IREE_ID, 0, (1, 2, 3))
+    assert (env.plugin_name, env.plugin_version, env.producer_version) == ("hipdnn_iree.iree_linalg", hd.__version__,
+                                                                           hd.__version__)
+    assert (env.target_device, env.target_arch) == ("local", "llvm-cpu:host")
+    assert env.compiler_version.startswith("3.13") and len(env.payload_sha256) == 32 and env.signature == b""
     fp = _fusplan.unpack(env.plugin_payload)
     assert (fp.format_major, fp.format_minor, fp.payload_kind) == (1, 0, 2)
     magic, major, minor, kind, hsize = struct.unpack_from("<8sHHII", env.plugin_payload)

@@ -33,6 +33,7 @@ class IreeExecutionContext:
     module: object = None            # LoadedModule, None on a compile-only handle
     dispatch_count: int | None = None
     mlir: str | None = None
+    compiler_version: str = ""
     compile_flags: tuple = field(default_factory=tuple)
 
 
@@ -46,6 +47,19 @@ def _tensors_from_abi(abi: dict) -> list[BoundTensor]:
     if [t for t in ts if t.role not in ("input", "output")]:
         raise HipdnnError(Status.PLUGIN_ERROR, "plan module reflection has a tensor role other than input/output")
     return ts
+
+
+def _major_minor(version: str) -> tuple[int, int] | None:
+    parts = version.split(".")
+    try:
+        return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()))
+    except (IndexError, ValueError):
+        return None
+
+
+def _sm(arch: str) -> int:
+    digits = "".join(ch for ch in arch if ch.isdigit())
+    return int(digits) if digits else 0
 
 
 class IreeLinalgPlugin:
@@ -83,7 +97,7 @@ class IreeLinalgPlugin:
     # -- build ----------------------------------------------------------------
     def create_execution_context(self, engine_id: int, op_graph: bytes, engine_config=None) -> IreeExecutionContext:
         from lowering import LoweringError, lower
-        from hipdnn_iree.plugins._compile import compile_mlir
+        from hipdnn_iree.plugins._compile import compile_mlir, compiler_version
         if self.target is None:
             raise HipdnnError(Status.NOT_INITIALIZED, "IREE_LINALG plugin is not bound to a handle target")
         try:
@@ -94,7 +108,8 @@ class IreeLinalgPlugin:
         compiled = compile_mlir(lowered.mlir, self.target, self.compile_flags)
         ctx = IreeExecutionContext(compiled.vmfb, lowered.abi, self.target, _tensors_from_abi(lowered.abi),
                                    dispatch_count=compiled.dispatch_count, mlir=lowered.mlir,
-                                   compile_flags=compiled.flags)
+                                   compile_flags=compiled.flags,
+                                   compiler_version=compiler_version())
         self._load(ctx)
         return ctx
 
@@ -128,6 +143,41 @@ class IreeLinalgPlugin:
                               f"module returned {len(results)} results for {len(out_tensors)} outputs")
         for t, r in zip(out_tensors, results):
             np.copyto(outs[t.uid], np.asarray(r).reshape(outs[t.uid].shape).view(t.dtype))
+
+    # -- plan identity and compatibility (envelope version 2) -----------------
+    def describe_execution_context(self, ctx: IreeExecutionContext) -> dict:
+        """What the envelope records about this plan's payload."""
+        from hipdnn_iree.plugins._iree_rt import runtime_version
+        # NOTE: a restored context does not know its compiler; the backend keeps the envelope's value.
+        return {"compiler_version": ctx.compiler_version,
+                "target_device": {"llvm-cpu": "local", "rocm": "hip", "cuda": "cuda"}[ctx.target.backend],
+                "target_arch": str(ctx.target), "runtime_version": runtime_version()}
+
+    def check_plan_compatibility(self, info: dict) -> None:
+        """Rejects, before the payload is read, plans this handle cannot run (envelope v2 fields)."""
+        from hipdnn_iree.plugins._iree_rt import runtime_version
+        cver, rver = info.get("compiler_version", ""), runtime_version()
+        if _major_minor(cver) and _major_minor(rver) and _major_minor(cver) > _major_minor(rver):
+            raise HipdnnError(Status.VERSION_MISMATCH,
+                              f"plan's module was built by IREE compiler {cver} and needs an IREE runtime of at least "
+                              f"{'.'.join(map(str, _major_minor(cver)))}; this process has IREE runtime {rver}")
+        arch = info.get("target_arch", "")
+        if not arch:
+            return
+        try:
+            target = parse_target(arch)
+        except HipdnnError:
+            raise HipdnnError(Status.NOT_SUPPORTED, f"plan targets {arch!r}, which this plugin does not know") from None
+        check_runs_on(target, self.device_uri)
+        mine = self.target
+        if self.device_uri is None or mine is None or mine.backend != target.backend:
+            return
+        if target.backend == "rocm" and target.arch != mine.arch:
+            raise HipdnnError(Status.NOT_SUPPORTED, f"plan was compiled for AMD GPU arch {target.arch}; the handle's "
+                                                    f"device '{self.device_uri}' is {mine.arch}")
+        if target.backend == "cuda" and _sm(target.arch) > _sm(mine.arch):
+            raise HipdnnError(Status.NOT_SUPPORTED, f"plan needs CUDA {target.arch} or newer; the handle's device "
+                                                    f"'{self.device_uri}' targets {mine.arch}")
 
     # -- serialization hooks --------------------------------------------------
     def serialize_execution_context(self, ctx: IreeExecutionContext, engine_config=None) -> bytes:
