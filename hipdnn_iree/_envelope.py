@@ -88,9 +88,12 @@ def _key(key, what: str) -> bytes:
     raise HipdnnError(Status.BAD_PARAM, f"{what} must be non-empty bytes or str, got {type(key).__name__}")
 
 
-def encode(env: Envelope, signing_key=None) -> bytes:
-    """Serializes ``env``; version 2 fills in the payload digest and, with a key, the signature."""
-    if env.version >= 2:
+def encode(env: Envelope, signing_key=None, fill_digest: bool = True) -> bytes:
+    """Serializes ``env``; version 2 fills in the payload digest and, with a key, the signature.
+
+    ``fill_digest=False`` writes ``env.payload_sha256`` as given (tests of damaged plans).
+    """
+    if env.version >= 2 and fill_digest:
         env = Envelope(**{**env.__dict__, "payload_sha256": hashlib.sha256(env.plugin_payload).digest()})
         if signing_key is not None:
             sig = hmac.new(_key(signing_key, "signing_key"), signed_contents(env), hashlib.sha256).digest()
@@ -103,7 +106,8 @@ def encode(env: Envelope, signing_key=None) -> bytes:
     if env.version >= 2:
         for name in _STRINGS:
             v2[name] = b.CreateString(getattr(env, name))
-        v2["payload_sha256"] = b.CreateByteVector(env.payload_sha256)
+        if env.payload_sha256:
+            v2["payload_sha256"] = b.CreateByteVector(env.payload_sha256)
         if env.signature:
             v2["signature"] = b.CreateByteVector(env.signature)
     b.StartVector(8, len(env.tensor_uids), 8)
