@@ -1,0 +1,328 @@
+"""Scaled dot-product attention: numerics against the numpy reference (shapes, scale,
+causal, boolean and additive masks, grouped-query attention, strided layouts, dtypes),
+the reference against PyTorch and hand-derived cases, golden linalg IR, GPU compiles
+and validation errors."""
+import math
+
+import numpy as np
+import pytest
+
+import hipdnn_iree as hd
+from harness import compare_engines, filecheck, lowered_mlir, random_array
+from hipdnn_iree.plugins._reference_sdpa import sdpa as ref_sdpa
+
+F, H, BF, BOOL = hd.DataType.FLOAT, hd.DataType.HALF, hd.DataType.BFLOAT16, hd.DataType.BOOLEAN
+Q, K, V, O, M = 1, 2, 3, 4, 5
+
+
+def _bshd(dims):
+    """Strides of logical [B, H, S, D] stored as [B, S, H, D] in memory."""
+    b, h, s, d = dims
+    return [s * h * d, d, h * d, 1]
+
+
+def _graph(qd, kd, vd, dt=F, mask_dims=None, mask_type=None, scale=None, causal=False, layout=None,
+           compute=F, name="attn"):
+    """Builds q/k/v(/mask) -> sdpa -> o; ``layout="bshd"`` stores q, k, v and o as BSHD."""
+    def build():
+        g = hd.Graph(io_data_type=dt, compute_data_type=compute)
+        st = (lambda d: _bshd(d)) if layout == "bshd" else (lambda d: None)
+        q = g.tensor(name="Q", uid=Q, dim=qd, stride=st(qd))
+        k = g.tensor(name="K", uid=K, dim=kd, stride=st(kd))
+        v = g.tensor(name="V", uid=V, dim=vd, stride=st(vd))
+        m = None
+        if mask_dims is not None:
+            m = g.tensor(name="M", uid=M, dim=mask_dims, data_type=mask_type or dt)
+        o = g.sdpa(q, k, v, attn_scale=scale, is_causal=causal, mask=m, name=name)
+        o.set_output(True).set_uid(O)
+        if layout == "bshd":
+            o.set_stride(_bshd([qd[0], qd[1], qd[2], vd[3]]))
+        return g, {O: o}
+    return build
+
+
+def _inputs(rng, qd, kd, vd, dt=F, mask_dims=None, mask_type=None, layout=None, low=-1.0, high=1.0):
+    st = _bshd if layout == "bshd" else (lambda d: None)
+    ins = {Q: random_array(qd, dt, rng, low, high, strides=st(qd)),
+           K: random_array(kd, dt, rng, low, high, strides=st(kd)),
+           V: random_array(vd, dt, rng, strides=st(vd))}
+    if mask_dims is not None:
+        ins[M] = random_array(mask_dims, mask_type or dt, rng, low=-2.0, high=2.0)
+        if ins[M].dtype == np.bool_:
+            ins[M][..., 0] = True  # NOTE: keep one key per query; fully masked rows have their own test
+    return ins
+
+
+# (q dims, k dims, v dims, kwargs)
+CASES = [
+    ("basic", [1, 2, 5, 8], [1, 2, 7, 8], [1, 2, 7, 4], {}),
+    ("scale", [2, 3, 6, 16], [2, 3, 6, 16], [2, 3, 6, 16], {"scale": 0.3}),
+    ("causal-sq<skv", [1, 2, 5, 8], [1, 2, 9, 8], [1, 2, 9, 6], {"causal": True}),
+    ("causal-sq>skv", [2, 1, 9, 8], [2, 1, 4, 8], [2, 1, 4, 8], {"causal": True, "scale": 0.5}),
+    ("bool-mask", [2, 2, 5, 8], [2, 2, 7, 8], [2, 2, 7, 4], {"mask_dims": [2, 2, 5, 7], "mask_type": BOOL}),
+    ("add-mask-11", [2, 2, 5, 8], [2, 2, 7, 8], [2, 2, 7, 4], {"mask_dims": [1, 1, 5, 7]}),
+    ("gqa-hk2", [2, 4, 5, 8], [2, 2, 7, 8], [2, 2, 7, 12], {}),
+    ("gqa-hk1-causal", [1, 4, 6, 8], [1, 1, 6, 8], [1, 1, 6, 4], {"causal": True}),
+    ("gqa-bool-mask-full", [2, 4, 5, 8], [2, 2, 7, 8], [2, 2, 7, 4],
+     {"mask_dims": [2, 4, 5, 7], "mask_type": BOOL, "causal": True}),
+    ("gqa-add-mask-b1", [2, 4, 5, 8], [2, 2, 7, 8], [2, 2, 7, 4], {"mask_dims": [2, 1, 5, 7]}),
+    ("gqa-bool-mask-rank3", [1, 4, 5, 8], [1, 2, 7, 8], [1, 2, 7, 4],
+     {"mask_dims": [4, 1, 7], "mask_type": BOOL}),
+    ("gqa-add-mask-rank2", [1, 6, 5, 8], [1, 3, 7, 8], [1, 3, 7, 4], {"mask_dims": [5, 7]}),
+    ("bshd-gqa-causal", [2, 4, 6, 8], [2, 2, 6, 8], [2, 2, 6, 4], {"layout": "bshd", "causal": True}),
+]
+
+
+@pytest.mark.parametrize("qd,kd,vd,kw", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_sdpa_numerics(cpu, rng, qd, kd, vd, kw):
+    data = {k: v for k, v in kw.items() if k in ("mask_dims", "mask_type", "layout")}
+    compare_engines(_graph(qd, kd, vd, **kw), _inputs(rng, qd, kd, vd, **data), cpu)
+
+
+@pytest.mark.parametrize("dt", [F, H, BF], ids=lambda d: d.name)
+def test_sdpa_dtypes_float_compute(cpu, rng, dt):
+    qd, kd, vd, md = [2, 4, 7, 16], [2, 2, 9, 16], [2, 2, 9, 8], [1, 1, 7, 9]
+    build = _graph(qd, kd, vd, dt=dt, mask_dims=md, causal=True, compute=F)
+    compare_engines(build, _inputs(rng, qd, kd, vd, dt=dt, mask_dims=md), cpu)
+
+
+def test_sdpa_half_compute(cpu, rng):
+    # compute_data_type=HALF: the whole chain runs in f16 (masking with an f16 -inf).
+    qd, kd, vd, md = [2, 4, 7, 16], [2, 2, 9, 16], [2, 2, 9, 8], [2, 4, 7, 9]
+    build = _graph(qd, kd, vd, dt=H, mask_dims=md, mask_type=BOOL, causal=True, compute=H)
+    # NOTE: f16 accumulation of 16-term dot products and 9-term sums costs a few f16 ulps more.
+    compare_engines(build, _inputs(rng, qd, kd, vd, dt=H, mask_dims=md, mask_type=BOOL), cpu, scale=2.0)
+
+
+def test_sdpa_large_logits_are_stable(cpu, rng):
+    # Scores up to about 32 * 20 * 20 / sqrt(32) = 2263: exp overflows f32 unless the row max is subtracted.
+    qd, kd, vd = [1, 2, 6, 32], [1, 2, 10, 32], [1, 2, 10, 8]
+    got, _, _ = compare_engines(_graph(qd, kd, vd), _inputs(rng, qd, kd, vd, low=-20.0, high=20.0), cpu)
+    assert np.isfinite(got[O]).all()
+
+
+def test_sdpa_fully_masked_row_is_zero(cpu, rng):
+    qd, kd, vd, md = [1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 4], [1, 2, 4, 6]
+    ins = _inputs(rng, qd, kd, vd)
+    mask = rng.random(md) > 0.3
+    mask[..., 0] = True
+    mask[0, 1, 2, :] = False  # query 2 of head 1 sees no key
+    ins[M] = mask
+    got, want, _ = compare_engines(_graph(qd, kd, vd, mask_dims=md, mask_type=BOOL), ins, cpu)
+    np.testing.assert_array_equal(got[O][0, 1, 2], 0.0)
+    np.testing.assert_array_equal(want[O][0, 1, 2], 0.0)
+
+
+# -- hand-derived cases (no torch): through both engines and against the closed form -------------
+
+def test_sdpa_single_key_gives_its_value(cpu, rng):
+    # Skv = 1: softmax over one key is 1, so every query's output is v's only row.
+    qd, kd, vd = [2, 4, 5, 8], [2, 2, 1, 8], [2, 2, 1, 6]
+    ins = _inputs(rng, qd, kd, vd)
+    got, want, _ = compare_engines(_graph(qd, kd, vd, causal=True), ins, cpu)
+    expect = np.repeat(np.broadcast_to(ins[V], (2, 2, 5, 6)), 2, axis=1)
+    np.testing.assert_allclose(want[O], expect, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got[O], expect, rtol=1e-6, atol=1e-6)
+
+
+def test_sdpa_identical_keys_give_mean_of_values(cpu, rng):
+    # All keys equal: every score of a row is the same, so o is the mean of v's rows.
+    qd, kd, vd = [1, 2, 3, 8], [1, 2, 5, 8], [1, 2, 5, 4]
+    ins = _inputs(rng, qd, kd, vd)
+    ins[K] = np.ascontiguousarray(np.broadcast_to(ins[K][:, :, :1], kd))
+    got, want, _ = compare_engines(_graph(qd, kd, vd, scale=2.0), ins, cpu)
+    expect = np.broadcast_to(ins[V].astype(np.float64).mean(axis=2, keepdims=True), (1, 2, 3, 4))
+    np.testing.assert_allclose(want[O], expect, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got[O], expect, rtol=1e-5, atol=1e-5)
+
+
+def test_reference_hand_worked_two_keys():
+    # One query, two keys, scores 0 and ln 3 (scale 1): weights 1/4 and 3/4.
+    q = np.array([[[[1.0, 0.0]]]])
+    k = np.array([[[[0.0, 5.0], [math.log(3.0), 0.0]]]])
+    v = np.array([[[[4.0], [8.0]]]])
+    np.testing.assert_allclose(ref_sdpa(q, k, v, scale=1.0), [[[[7.0]]]])
+    # causal: query 0 sees key 0 only; boolean mask dropping key 1 does the same; -inf additive too
+    np.testing.assert_allclose(ref_sdpa(q, k, v, scale=1.0, is_causal=True), [[[[4.0]]]])
+    np.testing.assert_allclose(ref_sdpa(q, k, v, scale=1.0, mask=np.array([True, False])), [[[[4.0]]]])
+    np.testing.assert_allclose(ref_sdpa(q, k, v, scale=1.0, mask=np.array([0.0, -np.inf])), [[[[4.0]]]])
+
+
+# -- reference vs PyTorch -------------------------------------------------------------------------
+
+TORCH_CASES = [
+    ("plain", [2, 3, 5, 8], [2, 3, 7, 8], [2, 3, 7, 4], {}),
+    ("scale-causal-sq>skv", [1, 2, 9, 8], [1, 2, 4, 8], [1, 2, 4, 6], {"scale": 0.7, "is_causal": True}),
+    ("causal-sq<skv", [1, 2, 4, 8], [1, 2, 9, 8], [1, 2, 9, 6], {"is_causal": True}),
+    ("bool-mask", [2, 2, 5, 8], [2, 2, 6, 8], [2, 2, 6, 3], {"mask": ("bool", [2, 1, 5, 6])}),
+    ("add-mask", [2, 2, 5, 8], [2, 2, 6, 8], [2, 2, 6, 3], {"mask": ("float", [1, 1, 5, 6])}),
+    ("gqa", [2, 4, 5, 8], [2, 2, 6, 8], [2, 2, 6, 3], {"mask": ("float", [4, 5, 6])}),
+    ("gqa-hk1-causal", [1, 4, 6, 8], [1, 1, 6, 8], [1, 1, 6, 5], {"is_causal": True}),
+]
+
+
+@pytest.mark.parametrize("qd,kd,vd,kw", [c[1:] for c in TORCH_CASES], ids=[c[0] for c in TORCH_CASES])
+def test_reference_matches_torch(rng, qd, kd, vd, kw):
+    torch = pytest.importorskip("torch")
+    fn = torch.nn.functional.scaled_dot_product_attention
+    q, k, v = (rng.standard_normal(d) for d in (qd, kd, vd))
+    kw = dict(kw)
+    mask = None
+    if "mask" in kw:
+        kind, md = kw.pop("mask")
+        mask = rng.random(md) > 0.4 if kind == "bool" else rng.standard_normal(md)
+        if kind == "bool":
+            mask[..., 0] = True
+    want = fn(*(torch.from_numpy(x) for x in (q, k, v)), attn_mask=None if mask is None else torch.from_numpy(mask),
+              enable_gqa=qd[1] != kd[1], **kw).numpy()
+    got = ref_sdpa(q, k, v, scale=kw.get("scale"), is_causal=kw.get("is_causal", False), mask=mask)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_reference_fully_masked_row_matches_torch(rng):
+    torch = pytest.importorskip("torch")
+    q, k, v = rng.standard_normal((1, 1, 3, 4)), rng.standard_normal((1, 1, 5, 4)), rng.standard_normal((1, 1, 5, 2))
+    mask = np.ones((3, 5), bool)
+    mask[1] = False
+    want = torch.nn.functional.scaled_dot_product_attention(
+        *(torch.from_numpy(x) for x in (q, k, v)), attn_mask=torch.from_numpy(mask)).numpy()
+    np.testing.assert_allclose(ref_sdpa(q, k, v, mask=mask), want, rtol=1e-10, atol=1e-12)
+
+
+# -- golden IR ------------------------------------------------------------------------------------
+
+def test_sdpa_golden_ir(cpu):
+    g, _ = _graph([2, 2, 5, 8], [2, 2, 7, 8], [2, 2, 7, 4], dt=H, mask_dims=[1, 1, 5, 7], causal=True)()
+    filecheck(lowered_mlir(g, cpu), r"""
+// CHECK: func.func @main(%[[Q:.+]]: tensor<2x2x5x8xf16>, %[[K:.+]]: tensor<2x2x7x8xf16>, %[[V:.+]]: tensor<2x2x7x4xf16>, %{{.+}}: tensor<2x2x5x4xf16> {iree.abi.output = 0 : index}, %[[M:.+]]: tensor<1x1x5x7xf16>)
+// CHECK: %[[Z0:.+]] = linalg.fill {{.*}} -> tensor<2x2x5x7xf32>
+// CHECK: %[[S:.+]] = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]} ins(%[[Q]], %[[K]] : {{.*}}) outs(%[[Z0]] : tensor<2x2x5x7xf32>)
+// CHECK: arith.extf {{.*}} : f16 to f32
+// CHECK: arith.mulf
+// CHECK: arith.addf
+// CHECK: %[[L:.+]] = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (0, 0, d2, d3)>, {{.*}}} ins(%[[S]], %[[M]] : tensor<2x2x5x7xf32>, tensor<1x1x5x7xf16>)
+// CHECK: arith.constant 0.35355339059327373 : f32
+// CHECK: arith.mulf
+// CHECK: arith.extf {{.*}} : f16 to f32
+// CHECK: arith.addf
+// CHECK: %[[I:.+]] = linalg.index 2 : index
+// CHECK: %[[J:.+]] = linalg.index 3 : index
+// CHECK: %[[FUT:.+]] = arith.cmpi ugt, %[[J]], %[[I]] : index
+// CHECK: %[[NINF:.+]] = arith.constant 0xFF800000 : f32
+// CHECK: arith.select %[[FUT]], %[[NINF]], {{.*}} : f32
+// CHECK: arith.constant 0xFF800000 : f32
+// CHECK: %[[MX:.+]] = linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%[[L]] : tensor<2x2x5x7xf32>) outs({{.*}} : tensor<2x2x5xf32>)
+// CHECK: arith.maximumf
+// CHECK: %[[E:.+]] = linalg.generic {{.*}} ins(%[[L]], %[[MX]] : tensor<2x2x5x7xf32>, tensor<2x2x5xf32>)
+// CHECK: arith.subf
+// CHECK: math.exp
+// CHECK: %[[SUM:.+]] = linalg.generic {{.*}} ins(%[[E]] : tensor<2x2x5x7xf32>) outs({{.*}} : tensor<2x2x5xf32>)
+// CHECK: %[[ACC:.+]] = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d4, d3)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]} ins(%[[E]], %[[V]] : tensor<2x2x5x7xf32>, tensor<2x2x7x4xf16>)
+// CHECK: %[[OUT:.+]] = linalg.generic {{.*}} ins(%[[ACC]], %[[SUM]] : tensor<2x2x5x4xf32>, tensor<2x2x5xf32>)
+// CHECK: arith.maximumf
+// CHECK: arith.divf
+// CHECK: arith.truncf {{.*}} : f32 to f16
+// CHECK: return
+""")
+
+
+def test_sdpa_gqa_golden_ir(cpu):
+    g, _ = _graph([2, 4, 5, 8], [2, 2, 7, 8], [2, 2, 7, 4], mask_dims=[2, 4, 5, 7], mask_type=BOOL)()
+    filecheck(lowered_mlir(g, cpu), r"""
+// CHECK: %[[Q5:.+]] = tensor.expand_shape %arg0 {{\[\[}}0], [1, 2], [3], [4]] output_shape [2, 2, 2, 5, 8] : tensor<2x4x5x8xf32> into tensor<2x2x2x5x8xf32>
+// CHECK: linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3, d5)>, affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d4, d5)>, affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3, d4)>]{{.*}} ins(%[[Q5]], %arg1 : tensor<2x2x2x5x8xf32>, tensor<2x2x7x8xf32>)
+// CHECK: %[[M5:.+]] = tensor.expand_shape %arg4 {{\[\[}}0], [1, 2], [3], [4]] output_shape [2, 2, 2, 5, 7] : tensor<2x4x5x7xi1> into tensor<2x2x2x5x7xi1>
+// CHECK: ^bb0(%{{.+}}: f32, %[[KEEP:.+]]: i1, %{{.+}}: f32):
+// CHECK: arith.select %[[KEEP]], {{.*}} : f32
+// CHECK: linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3, d5)>, affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d5, d4)>, affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3, d4)>]{{.*}} tensor<2x2x7x4xf32>
+// CHECK: %[[O4:.+]] = tensor.collapse_shape %{{.+}} {{\[\[}}0], [1, 2], [3], [4]] : tensor<2x2x2x5x4xf32> into tensor<2x4x5x4xf32>
+// CHECK: return %[[O4]]
+""")
+
+
+# -- GPU targets (compile only) -------------------------------------------------------------------
+
+@pytest.mark.parametrize("target,fmt", [("rocm:gfx942", b"rocm-hsaco-fb"), ("rocm:gfx90a", b"rocm-hsaco-fb"),
+                                        ("cuda:sm_80", b"cuda-nvptx-fb")])
+def test_sdpa_compiles_for_gpu(target, fmt):
+    handle = hd.create_handle(device=None, target=target)
+    g, _ = _graph([2, 8, 64, 64], [2, 2, 80, 64], [2, 2, 80, 32], dt=H, mask_dims=[2, 8, 64, 80],
+                  mask_type=BOOL, causal=True)()
+    g.build(handle)
+    data = g.serialize_compiled_plan()
+    assert fmt in data
+
+
+# -- frontend: inference and validation -----------------------------------------------------------
+
+def test_sdpa_infers_output_dims_and_type():
+    g = hd.Graph(io_data_type=BF, compute_data_type=F)
+    q, k, v = (g.tensor(name=n, dim=d) for n, d in (("q", [3, 8, 11, 16]), ("k", [3, 2, 13, 16]),
+                                                     ("v", [3, 2, 13, 24])))
+    o = g.sdpa(q, k, v).set_output(True)
+    g.validate()
+    assert o.get_dim() == [3, 8, 11, 24] and o.get_data_type() == BF
+
+
+BAD = [
+    # (what, q dims, k dims, v dims, mask dims, kwargs, words in the message)
+    ("head-dim", [1, 2, 4, 8], [1, 2, 6, 16], [1, 2, 6, 8], None, {}, ["k_uid", "16", "8"]),
+    ("hq-not-multiple", [1, 4, 4, 8], [1, 3, 6, 8], [1, 3, 6, 8], None, {}, ["k_uid", "3", "4"]),
+    ("hk-greater", [1, 2, 4, 8], [1, 4, 6, 8], [1, 4, 6, 8], None, {}, ["k_uid", "4", "2"]),
+    ("kv-seq", [1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 5, 8], None, {}, ["v_uid", "5", "6"]),
+    ("kv-heads", [1, 4, 4, 8], [1, 2, 6, 8], [1, 4, 6, 8], None, {}, ["v_uid", "4", "2"]),
+    ("batch", [2, 2, 4, 8], [2, 2, 6, 8], [1, 2, 6, 8], None, {}, ["v_uid", "batch size 1", "2"]),
+    ("rank-q", [2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 8], None, {}, ["q_uid", "rank 3"]),
+    ("rank-v", [1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 1, 6, 8], None, {}, ["v_uid", "rank 5"]),
+    ("mask-bcast", [1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 8], [1, 2, 4, 5], {}, ["mask_uid", "[1, 2, 4, 5]"]),
+    ("mask-rank", [1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 8], [1, 1, 2, 4, 6], {}, ["mask_uid", "[1, 1, 2, 4, 6]"]),
+    ("scale-zero", [1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 8], None, {"attn_scale": 0.0}, ["attn_scale", "0.0"]),
+    ("scale-negative", [1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 8], None, {"attn_scale": -0.5},
+     ["attn_scale", "-0.5"]),
+    ("scale-inf", [1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 8], None, {"attn_scale": math.inf}, ["attn_scale", "inf"]),
+    ("compute-int", [1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 8], None, {"compute_data_type": hd.DataType.INT32},
+     ["compute_data_type", "INT32"]),
+]
+
+
+@pytest.mark.parametrize("qd,kd,vd,md,kw,words", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_sdpa_invalid_raises_bad_param_at_validate(qd, kd, vd, md, kw, words):
+    g = hd.Graph(io_data_type=F)
+    q, k, v = (g.tensor(name=n, dim=d) for n, d in (("q", qd), ("k", kd), ("v", vd)))
+    m = g.tensor(name="m", dim=md) if md is not None else None
+    g.sdpa(q, k, v, mask=m, name="att", **kw).set_output(True)
+    with pytest.raises(hd.HipdnnError) as e:
+        g.validate()
+    assert e.value.status == hd.Status.BAD_PARAM
+    msg = str(e.value)
+    assert "sdpa 'att'" in msg, msg
+    for w in words:
+        assert w in msg, (w, msg)
+
+
+@pytest.mark.parametrize("kw", [{"attn_scale": math.nan}, {"attn_scale": True}, {"attn_scale": "0.1"},
+                                {"is_causal": 1}, {"is_causal": None}],
+                         ids=["scale-nan", "scale-bool", "scale-str", "causal-int", "causal-none"])
+def test_sdpa_bad_arguments_raise_at_call(kw):
+    g = hd.Graph(io_data_type=F)
+    q, k, v = (g.tensor(name=n, dim=[1, 1, 2, 4]) for n in "qkv")
+    with pytest.raises(hd.HipdnnError) as e:
+        g.sdpa(q, k, v, **kw)
+    assert e.value.status == hd.Status.BAD_PARAM
+
+
+def test_sdpa_integer_mask_rejected():
+    g = hd.Graph(io_data_type=F)
+    q, k, v = (g.tensor(name=n, dim=[1, 1, 2, 4]) for n in "qkv")
+    m = g.tensor(name="m", dim=[2, 2], data_type=hd.DataType.INT32)
+    with pytest.raises(hd.HipdnnError) as e:
+        g.sdpa(q, k, v, mask=m)
+    assert e.value.status == hd.Status.BAD_PARAM and "INT32" in str(e.value)
+
+
+def test_sdpa_registered_everywhere():
+    from hipdnn_iree._infer import FRONTEND_METHODS, INFER
+    from hipdnn_iree.plugins._reference_ops import REFERENCES
+    from lowering import LOWERINGS, OpKind
+    assert FRONTEND_METHODS[OpKind.SDPA] == "sdpa" and hasattr(hd.Graph, "sdpa")
+    assert all(OpKind.SDPA in r for r in (INFER, REFERENCES, LOWERINGS))
