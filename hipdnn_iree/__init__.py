@@ -13,10 +13,11 @@ from hipdnn_iree._handle import Handle, create_handle
 from hipdnn_iree._tensor import TensorAttributes
 from hipdnn_iree._graph import Graph
 from hipdnn_iree._planfile import load_plan, save_plan
+from hipdnn_iree._buffers import empty_aligned
 from hipdnn_iree import backend
 from hipdnn_iree.backend import PlanTensor
 
 __all__ = [
     "DataType", "Graph", "Handle", "HipdnnError", "NormFwdPhase", "PlanTensor", "PointwiseMode", "ReductionMode", "Status",
-    "TensorAttributes", "__version__", "backend", "create_handle", "engine_id_from_name", "load_plan", "save_plan",
+    "TensorAttributes", "__version__", "backend", "create_handle", "empty_aligned", "engine_id_from_name", "load_plan", "save_plan",
 ]

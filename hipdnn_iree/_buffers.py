@@ -20,6 +20,25 @@ except ImportError:  # pragma: no cover
     _ml_dtypes = None
 
 
+def empty_aligned(shape, dtype=np.float32, alignment: int = 64) -> np.ndarray:
+    """An uninitialized C-contiguous array whose data is ``alignment``-byte aligned.
+
+    IREE imports 64-byte aligned host arrays without copying (zero-copy inputs, in-place
+    outputs on CPU handles); other arrays are copied in and out.
+
+    Example:
+        >>> a = empty_aligned((4, 8), np.float32)
+        >>> a.ctypes.data % 64
+        0
+    """
+    dtype = np.dtype(dtype)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + alignment, np.uint8)
+    off = (-raw.ctypes.data) % alignment
+    return raw[off:off + nbytes].view(dtype).reshape(shape)
+
+
 def numpy_dtype(data_type: int) -> np.dtype:
     name = ELEMENT_TYPES[data_type][1]
     if name == "bfloat16":
@@ -58,6 +77,11 @@ def _as_array(uid: int, t: BoundTensor, buf) -> np.ndarray:
     if isinstance(buf, np.ndarray):
         return buf
     if hasattr(buf, "__dlpack__"):
+        dev = getattr(buf, "__dlpack_device__", None)
+        if callable(dev) and int(dev()[0]) not in (1, 3):   # kDLCPU, kDLCUDAHost
+            raise HipdnnError(Status.BAD_PARAM, f"variant pack uid {uid} ('{t.name}'): buffer lives on "
+                                                f"{_DLPACK_NAMES.get(int(dev()[0]), dev()[0])} memory, but the "
+                                                "handle's device is the CPU: pass host memory")
         try:
             return np.from_dlpack(buf)
         except Exception as e:
@@ -144,3 +168,100 @@ def logical_from_dense(t: BoundTensor, view: np.ndarray) -> np.ndarray:
 def dense_from_logical(t: BoundTensor, arr: np.ndarray) -> np.ndarray:
     """A logical (dims-shaped) array -> memory order (``layout.phys_shape``)."""
     return np.asarray(arr).transpose(t.layout.order)
+
+
+# ---------------------------------------------------------------------------
+# Device-resident tensors (DLPack): checked the same way, never copied to the host.
+# ---------------------------------------------------------------------------
+
+_DLPACK_DEVICE_TYPES = {"cuda": (2,), "hip": (10,)}   # kDLCUDA, kDLROCM
+_DLPACK_NAMES = {1: "host (CPU)", 2: "CUDA", 3: "CUDA host", 10: "ROCm"}
+
+
+def _obj_strides(obj, shape):
+    if callable(getattr(obj, "stride", None)):      # torch
+        return tuple(int(s) for s in obj.stride())
+    st, item = getattr(obj, "strides", None), getattr(getattr(obj, "dtype", None), "itemsize", None)
+    if st is not None and item:                       # cupy / numpy-like: bytes
+        return tuple(int(s) // item for s in st)
+    from lowering.layout import packed_strides
+    return packed_strides(shape)                      # jax and friends: always dense row-major
+
+
+def _dtype_name(obj) -> str:
+    return str(getattr(obj, "dtype", "?")).rsplit(".", 1)[-1]
+
+
+def _permute(obj, order):
+    if tuple(order) == tuple(range(len(order))):
+        return obj
+    return obj.permute(*order) if callable(getattr(obj, "permute", None)) else obj.transpose(tuple(order))
+
+
+def _check_pack_keys(tensors, variant_pack):
+    if variant_pack is None:
+        raise HipdnnError(Status.BAD_PARAM_NULL_POINTER, "variant_pack is None: pass a dict {uid: buffer}")
+    if not isinstance(variant_pack, dict):
+        raise HipdnnError(Status.BAD_PARAM, f"variant_pack must be a dict {{uid: buffer}}, got {type(variant_pack).__name__}")
+    known = {t.uid: t for t in tensors}
+    missing = sorted(u for u in known if u not in variant_pack)
+    if missing:
+        raise HipdnnError(Status.BAD_PARAM, "variant pack is missing uid(s) " + ", ".join(
+            f"{u} ('{known[u].name}')" for u in missing) + f"; the plan binds uids {sorted(known)}")
+    extra = sorted(u for u in variant_pack if u not in known)
+    if extra:
+        raise HipdnnError(Status.BAD_PARAM, f"variant pack has unknown uid(s) {extra}; the plan binds uids {sorted(known)}")
+
+
+def bind_device_pack(tensors: list[BoundTensor], variant_pack, driver: str) -> dict:
+    """Checks device tensors (``__dlpack__`` objects on the handle's GPU); returns uid -> dense view object."""
+    _check_pack_keys(tensors, variant_pack)
+    want_types = _DLPACK_DEVICE_TYPES.get(driver, ())
+    dense = {}
+    for t in tensors:
+        what = f"tensor '{t.name}' (uid {t.uid})"
+        obj = variant_pack[t.uid]
+        if isinstance(obj, np.ndarray) or not hasattr(obj, "__dlpack__") or not hasattr(obj, "__dlpack_device__"):
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: got {type(obj).__name__} in host memory, but the handle's "
+                                                f"device is {driver}: pass a device tensor (torch/cupy/jax on the GPU)")
+        dev_type, _ = obj.__dlpack_device__()
+        if int(dev_type) not in want_types:
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer lives on {_DLPACK_NAMES.get(int(dev_type), dev_type)} "
+                                                f"memory, but the handle's device is {driver}")
+        if _dtype_name(obj) != t.dtype.name:
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer has dtype {_dtype_name(obj)}, the plan needs {t.dtype.name}")
+        lay = t.layout
+        shape = tuple(int(d) for d in obj.shape)
+        if shape == t.dims:
+            strides = _obj_strides(obj, shape)
+            bad = [a for a in range(len(shape)) if t.dims[a] > 1 and strides[a] != t.strides[a]]
+            if bad:
+                raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer strides {list(strides)} do not match the declared "
+                                                    f"strides {list(t.strides)} on axes {bad}")
+            view = obj[tuple(0 if a in lay.bcast_axes else slice(None) for a in range(len(shape)))]
+            kept = [a for a in range(len(shape)) if a not in lay.bcast_axes]
+            view = _permute(view, [kept.index(a) for a in lay.order])
+        else:
+            n = 1
+            for d in shape:
+                n *= d
+            from lowering.layout import packed_strides
+            if n != lay.num_elements or tuple(_obj_strides(obj, shape)) != tuple(packed_strides(shape)):
+                raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer of shape {list(shape)} does not match dims "
+                                                    f"{list(t.dims)}; pass that shape or a dense buffer of "
+                                                    f"{lay.num_elements} elements")
+            view = obj.reshape(lay.phys_shape)
+        dense[t.uid] = view
+    return dense
+
+
+def synchronize_producers(objs) -> None:
+    """Waits for pending work of the libraries that produced ``objs`` (their current streams)
+    so IREE reads finished inputs and writes outputs nobody is still using."""
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is not None and any(isinstance(o, torch.Tensor) for o in objs):
+        torch.cuda.current_stream().synchronize()
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and any(isinstance(o, cupy.ndarray) for o in objs):
+        cupy.cuda.get_current_stream().synchronize()

@@ -20,3 +20,18 @@ def rng(request):
     # Fresh data per test, reproducible from the test id and printed on failure.
     seed = abs(hash(request.node.nodeid)) % (2**32)
     return np.random.default_rng(seed)
+
+
+def pytest_collection_modifyitems(config, items):
+    """GPU-marked tests skip cleanly when no GPU device can be created."""
+    if not any("gpu" in item.keywords for item in items):
+        return
+    try:
+        hd.create_handle(device="cuda")
+        return
+    except hd.HipdnnError:
+        pass
+    skip = pytest.mark.skip(reason="no CUDA device available (gpu-marked test)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -50,11 +50,27 @@ def device(uri: str):
         return dev
 
 
+HOST_ALIGNMENT = 64  # IREE_HAL_HEAP_BUFFER_ALIGNMENT
+
+
+def element_type(dtype):
+    """numpy dtype -> HalElementType."""
+    from iree.runtime import array_interop
+    return array_interop.map_dtype_to_element_type(dtype)
+
+
 class LoadedModule:
-    """A ``.vmfb`` loaded into a VM context on one device, ready to invoke."""
+    """A ``.vmfb`` loaded into a VM context on one device, ready to invoke.
+
+    Invocation goes through ``VmContext.invoke`` with buffer views that alias the caller's
+    memory where IREE allows it (host arrays on CPU devices, DLPack device tensors on GPUs),
+    so inputs are not copied and outputs land in place through ``iree.abi.output``.
+    """
 
     def __init__(self, vmfb: bytes, device_uri: str, entry: str):
         r = rt()
+        self.device_uri = device_uri
+        self.is_host = device_uri.split("://", 1)[0] in ("local-task", "local-sync")
         self.device = device(device_uri)
         inst = instance()
         try:
@@ -70,16 +86,47 @@ class LoadedModule:
         except Exception as e:
             raise HipdnnError(Status.NOT_SUPPORTED,
                               f"IREE cannot run the plan's module on device '{device_uri}': {e}") from None
-        self.invoker = r.FunctionInvoker(self.context, self.device, self.function)
+        self._import_type = r.MemoryType.DEVICE_LOCAL | r.MemoryType.HOST_VISIBLE
+        self._usage = r.BufferUsage.DEFAULT
         self._lock = threading.Lock()
 
     def reflection(self) -> dict:
         return dict(self.function.reflection)
 
-    def __call__(self, *args):
-        # NOTE: FunctionInvoker keeps per-call state; serialize calls on one module.
+    def host_view(self, arr, writable: bool):
+        """A buffer view over a dense host array: zero-copy import, else a device copy.
+
+        Returns ``(view, copied)``; ``copied`` outputs must be copied back after the call.
+        """
+        r = rt()
+        et = element_type(arr.dtype)
+        # NOTE: IREE's generated code assumes 64-byte aligned buffers (its own allocations are);
+        # importing less aligned host memory crashes in vectorized kernels, so copy those instead.
+        if self.is_host and arr.ctypes.data % HOST_ALIGNMENT == 0:
+            try:
+                buf = self.device.allocator.import_host_allocation(arr, self._import_type, self._usage)
+                return r.HalBufferView(buf, list(arr.shape), et), False
+            except (ValueError, RuntimeError, IndexError):
+                pass  # NOTE: read-only arrays cannot be imported; fall back to a copy
+        view = self.device.allocator.allocate_buffer_copy(
+            memory_type=r.MemoryType.DEVICE_LOCAL, allowed_usage=self._usage, device=self.device,
+            buffer=arr, element_type=et)
+        return view, True
+
+    def dlpack_view(self, obj):
+        """Imports a DLPack tensor (device or host memory) without copying."""
+        return self.device.from_dlpack_capsule(obj.__dlpack__())
+
+    def invoke(self, views: list, n_results: int) -> list:
+        r = rt()
+        args = r.VmVariantList(len(views))
+        for v in views:
+            args.push_ref(v)
+        rets = r.VmVariantList(n_results)
+        # NOTE: a VM context is not safe for concurrent invocations; serialize calls on one module.
         with self._lock:
-            result = self.invoker(*args)
-            if not isinstance(result, tuple):
-                result = (result,)
-            return [r.to_host() for r in result]
+            self.context.invoke(self.function, args, rets)
+        return [rets.get_as_object(i, r.HalBufferView) for i in range(n_results)]
+
+    def to_host(self, view):
+        return rt().DeviceArray(self.device, view).to_host()

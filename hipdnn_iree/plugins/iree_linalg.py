@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hipdnn_iree._version import __version__
-from hipdnn_iree._buffers import BoundTensor, bind_variant_pack
+from hipdnn_iree._buffers import BoundTensor, bind_device_pack, bind_variant_pack, synchronize_producers
 from hipdnn_iree._engine_ids import engine_id_from_name
 from hipdnn_iree._status import HipdnnError, Status
 from hipdnn_iree._types import DataType
@@ -72,6 +72,7 @@ class IreeLinalgPlugin:
         self.device_uri: str | None = None
         self.target: Target | None = None
         self.compile_flags: tuple[str, ...] = ()
+        self.cache = None   # compile cache: None = environment, False = off, True = on, or a folder (_cache.py)
 
     def bind(self, device_uri: str | None, target: str | None) -> None:
         self.device_uri = device_uri
@@ -100,6 +101,16 @@ class IreeLinalgPlugin:
         from hipdnn_iree.plugins._compile import compile_mlir, compiler_version
         if self.target is None:
             raise HipdnnError(Status.NOT_INITIALIZED, "IREE_LINALG plugin is not bound to a handle target")
+        from hipdnn_iree import _cache
+        store = _cache.resolve(self.cache)
+        key = store.key_for(op_graph, self.target, self.compile_flags) if store is not None else None
+        hit = store.get(key) if store is not None else None
+        if hit is not None:   # NOTE: a hit skips lowering and the compiler (neither is imported)
+            ctx = IreeExecutionContext(hit.vmfb, hit.abi, self.target, _tensors_from_abi(hit.abi),
+                                       dispatch_count=hit.dispatch_count, mlir=hit.mlir, compile_flags=hit.flags,
+                                       compiler_version=hit.compiler_version or _cache.compiler_version_string())
+            self._load(ctx)
+            return ctx
         try:
             lowered = lower(op_graph, target=str(self.target))
         except LoweringError as e:
@@ -110,6 +121,9 @@ class IreeLinalgPlugin:
                                    dispatch_count=compiled.dispatch_count, mlir=lowered.mlir,
                                    compile_flags=compiled.flags,
                                    compiler_version=compiler_version())
+        if store is not None:
+            store.put(key, _cache.CachedModule(compiled.vmfb, lowered.abi, compiled.dispatch_count, compiled.flags,
+                                               lowered.mlir, ctx.compiler_version))
         self._load(ctx)
         return ctx
 
@@ -125,24 +139,40 @@ class IreeLinalgPlugin:
 
     # -- execute --------------------------------------------------------------
     def execute_op_graph(self, ctx: IreeExecutionContext, variant_pack: dict, workspace=None) -> None:
-        if ctx.module is None:
+        """Runs the module on the caller's buffers.
+
+        Every check (uids, dims, strides, dtypes, devices, aliasing) runs before IREE is invoked, so a
+        rejected call leaves the buffers untouched. Inputs are imported without copies where IREE
+        allows; outputs are written in place (``iree.abi.output``), as cuDNN writes into its pointers.
+        """
+        mod = ctx.module
+        if mod is None:
             raise HipdnnError(Status.NOT_INITIALIZED,
                               f"this handle has no device (compile-only, target '{ctx.target}'); create the "
                               "handle with a device to execute")
-        ins, outs = bind_variant_pack(ctx.tensors, variant_pack)
-        args = [ins[t.uid] if t.role == "input" else np.empty(outs[t.uid].shape, t.dtype) for t in ctx.tensors]
+        outputs = [t for t in ctx.tensors if t.role == "output"]
+        copy_back = []
+        if mod.is_host:
+            ins, outs = bind_variant_pack(ctx.tensors, variant_pack)
+            views = []
+            for t in ctx.tensors:
+                view, copied = mod.host_view(ins[t.uid] if t.role == "input" else outs[t.uid], t.role == "output")
+                views.append(view)
+                if copied and t.role == "output":
+                    copy_back.append((outs[t.uid], view))
+        else:
+            dense = bind_device_pack(ctx.tensors, variant_pack, mod.device_uri.split("://", 1)[0])
+            synchronize_producers(list(variant_pack.values()))
+            try:
+                views = [mod.dlpack_view(dense[t.uid]) for t in ctx.tensors]
+            except Exception as e:
+                raise HipdnnError(Status.BAD_PARAM, f"IREE cannot import a device tensor of the variant pack: {e}") from None
         try:
-            results = ctx.module(*args)
-        except HipdnnError:
-            raise
+            mod.invoke(views, len(outputs))
         except Exception as e:
             raise HipdnnError(Status.EXECUTION_FAILED, f"IREE execution failed: {e}") from None
-        out_tensors = [t for t in ctx.tensors if t.role == "output"]
-        if len(results) != len(out_tensors):
-            raise HipdnnError(Status.EXECUTION_FAILED,
-                              f"module returned {len(results)} results for {len(out_tensors)} outputs")
-        for t, r in zip(out_tensors, results):
-            np.copyto(outs[t.uid], np.asarray(r).reshape(outs[t.uid].shape).view(t.dtype))
+        for dst, view in copy_back:
+            np.copyto(dst, np.asarray(mod.to_host(view)).reshape(dst.shape).view(dst.dtype))
 
     # -- plan identity and compatibility (envelope version 2) -----------------
     def describe_execution_context(self, ctx: IreeExecutionContext) -> dict:
