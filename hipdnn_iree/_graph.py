@@ -187,7 +187,11 @@ class Graph(ConvOps, NormOps, SdpaOps):
                 if t is not None and t._uid not in known:
                     raise HipdnnError(Status.BAD_PARAM, f"{n.kind.name.lower()} '{n.name}': input {f} "
                                                         f"'{t.get_name()}' is used before it is produced")
-            inferred = INFER[n.kind](desc, lambda u: known[u])
+            # NOTE: outputs whose dims the caller set are visible too, so ops that cannot infer
+            # an output (conv_dgrad's dx, conv_wgrad's dw, reduction) can still check them.
+            preset = {t._uid: tuple(t._dim) for f in ATTRS_BY_KIND[n.kind]._OUT
+                      if (t := n.tensors.get(f)) is not None and t._dim is not None}
+            inferred = INFER[n.kind](desc, lambda u: known[u] if u in known else preset[u])
             for f in ATTRS_BY_KIND[n.kind]._OUT:
                 t = n.tensors.get(f)
                 if t is None:
@@ -411,6 +415,22 @@ class Graph(ConvOps, NormOps, SdpaOps):
         if self._op_graph is None:
             raise HipdnnError(Status.NOT_INITIALIZED, "call build_operation_graph(handle) first")
         return self._op_graph
+
+    # -- JSON (format: hipdnn_iree/_graph_json.py) -----------------------------------------
+    def to_json(self, indent: int | None = 2) -> str:
+        """The graph, validated first when needed, as JSON text (``hipdnn-iree compile`` reads it).
+
+        Example:
+            >>> g2 = hd.Graph.from_json(g.to_json())                # doctest: +SKIP
+        """
+        from hipdnn_iree._graph_json import graph_to_json
+        return graph_to_json(self, indent)
+
+    @classmethod
+    def from_json(cls, text) -> "Graph":
+        """A buildable graph from :meth:`to_json` text (str, bytes or the parsed dict)."""
+        from hipdnn_iree._graph_json import graph_from_json
+        return graph_from_json(text, cls)
 
 
 def _check_handle(handle):

@@ -31,9 +31,21 @@ def bound_tensors(g: GraphDesc) -> list[BoundTensor]:
             for t in g.bound_tensors()]
 
 
+class RefEnv(dict):
+    """Tensor values by uid, as the op references see them; ``dims(uid)`` gives any tensor's
+    declared logical dims (outputs included: some ops' output dims cannot be derived)."""
+
+    def __init__(self, values: dict, graph: GraphDesc):
+        super().__init__(values)
+        self.graph = graph
+
+    def dims(self, uid: int) -> tuple[int, ...]:
+        return tuple(self.graph.tensor(uid).dims)
+
+
 def evaluate(g: GraphDesc, inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
     """Runs the graph on logical input arrays; returns every tensor's value, rounded to its type."""
-    env = dict(inputs)
+    env = RefEnv(inputs, g)
     for t in g.tensors:
         if t.is_scalar:
             env[t.uid] = np.asarray(t.scalar_value, dtype=numpy_dtype(t.data_type))

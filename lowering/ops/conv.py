@@ -1,2 +1,400 @@
-"""Lowering of Convolution ops: conv_fprop, conv_dgrad, conv_wgrad to linalg."""
+"""Convolutions -> linalg: conv_fprop, conv_dgrad, conv_wgrad.
+
+Semantics are cuDNN's/PyTorch's cross-correlation over logical channels-first
+values: x ``[N, C, *S]``, w ``[K, C/G, *R]``, y ``[N, K, *O]`` with ``G`` groups
+(``G = C / w.dims[1]``) and, per spatial axis,
+``O = (S + pre + post - dilation * (R - 1) - 1) // stride + 1``.
+
+- fprop: x is zero-padded (``tensor.pad``) and cropped (``tensor.extract_slice``)
+  to exactly the window extent ``(O - 1) * stride + (R - 1) * dilation + 1``, then
+  one named op: ``linalg.conv_{1,2,3}d_nc*_fc*``, ``linalg.conv_2d_ngchw_gfchw``
+  for grouped 2-D; grouped 1-D/3-D use an equivalent ``linalg.generic``.
+- dgrad: the transposed convolution, written as an ordinary stride-1 one:
+  dy is scattered with stride ``stride`` into a zero tensor
+  (``tensor.insert_slice`` with strides), placed so that a correlation with the
+  spatially flipped, in/out-channel swapped filter (dilation kept) yields dx.
+- wgrad: one ``linalg.generic`` contracting over N and the output positions:
+  ``dw[k, c, r] = sum dy[n, k, o] * x_pad[n, g*Cg + c, o*stride + r*dilation]``.
+
+Products accumulate in the compute type (f32 unless set) and the result is
+rounded once to the output's type.
+"""
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from lowering._context import LowerContext
+from lowering._emit import FLOAT_TYPES, Emitter, Value, tensor_type
+from lowering._registry import register_lowering
+from lowering.graph_ir import LoweringError, NodeDesc, OpKind
+
+_NAMED = {1: "linalg.conv_1d_ncw_fcw", 2: "linalg.conv_2d_nchw_fchw", 3: "linalg.conv_3d_ncdhw_fcdhw"}
+_NAMED_GROUPED = {2: "linalg.conv_2d_ngchw_gfchw"}  # input [N,G,C,H,W], filter [G,F,C,R,S], out [N,G,F,H,W]
+
+
+# ---------------------------------------------------------------------------
+# Geometry (shared with the frontend's validation)
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConvParams:
+    """Spatial attributes of one convolution, one value per spatial axis."""
+
+    pre: tuple[int, ...]
+    post: tuple[int, ...]
+    stride: tuple[int, ...]
+    dilation: tuple[int, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.stride)
+
+
+_PARAM_FIELDS = (("pre_padding", "pre", 0, 0), ("post_padding", "post", 0, 0),
+                 ("stride", "stride", 1, 1), ("dilation", "dilation", 1, 1))
+
+
+def conv_params(attrs, rank: int) -> ConvParams:
+    """Normalized spatial attributes; an empty tuple means the default (0 pads, 1 stride/dilation).
+
+    Raises:
+        LoweringError: naming the field and its value when a length or value is wrong.
+
+    Example:
+        >>> from lowering.graph_ir import ConvFpropAttrs
+        >>> conv_params(ConvFpropAttrs(1, 2, 3, (1, 0), (1, 0), (), ()), 2).stride
+        (1, 1)
+    """
+    out = {}
+    for field, key, default, low in _PARAM_FIELDS:
+        v = tuple(int(e) for e in getattr(attrs, field))
+        if not v:
+            v = (default,) * rank
+        if len(v) != rank:
+            raise LoweringError(f"field '{field}' value {list(v)}: needs {rank} values, one per spatial dim "
+                                f"of the {rank}-D convolution")
+        if any(e < low for e in v):
+            raise LoweringError(f"field '{field}' value {list(v)}: every entry must be >= {low}")
+        out[key] = v
+    return ConvParams(**out)
+
+
+def conv_out_size(size: int, pre: int, post: int, kernel: int, stride: int, dilation: int) -> int:
+    """Output length of one spatial axis (may be <= 0 when the kernel does not fit)."""
+    return (size + pre + post - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def spatial_rank(dims: Sequence[int], field: str) -> int:
+    """Spatial rank of a ``[N, C, *spatial]`` tensor (1 to 3); raises LoweringError otherwise."""
+    if not 3 <= len(dims) <= 5:
+        raise LoweringError(f"field '{field}' dims {list(dims)}: a convolution operand needs rank 3, 4 or 5 "
+                            f"([N, C, *spatial] with 1-3 spatial dims), got rank {len(dims)}")
+    return len(dims) - 2
+
+
+def forward_shape(x: Sequence[int], w: Sequence[int], attrs) -> tuple[tuple[int, ...], ConvParams, int]:
+    """Checks x/w/attributes of the forward convolution; returns ``(y dims, params, groups)``.
+
+    Example:
+        >>> from lowering.graph_ir import ConvFpropAttrs
+        >>> forward_shape((2, 8, 10, 10), (6, 4, 3, 3), ConvFpropAttrs(1, 2, 3, (1, 1), (1, 1), (2, 2), ()))[0]
+        (2, 6, 5, 5)
+    """
+    rank = spatial_rank(x, "x_uid")
+    if len(w) != len(x):
+        raise LoweringError(f"field 'w_uid' dims {list(w)} (rank {len(w)}) must have the rank of "
+                            f"x dims {list(x)} (rank {len(x)})")
+    p = conv_params(attrs, rank)
+    n, c, k, cg = x[0], x[1], w[0], w[1]
+    if c % cg:
+        raise LoweringError(f"field 'w_uid' dims {list(w)}: x has {c} channels, not divisible "
+                            f"into groups of w.dims[1] = {cg} channels")
+    groups = c // cg
+    if k % groups:
+        raise LoweringError(f"field 'w_uid' dims {list(w)}: {k} output channels (w.dims[0]) are not "
+                            f"divisible by the {groups} groups (= {c} channels / {cg})")
+    out = []
+    for i in range(rank):
+        o = conv_out_size(x[2 + i], p.pre[i], p.post[i], w[2 + i], p.stride[i], p.dilation[i])
+        if o < 1:
+            raise LoweringError(f"field 'w_uid' dims {list(w)}: kernel extent "
+                                f"{p.dilation[i] * (w[2 + i] - 1) + 1} (dilation {p.dilation[i]}) exceeds the "
+                                f"padded input {x[2 + i] + p.pre[i] + p.post[i]} on spatial axis {i}")
+        out.append(o)
+    return (n, k, *out), p, groups
+
+
+def check_forward(x: Sequence[int], w: Sequence[int], y: Sequence[int], attrs, given: str) -> tuple[ConvParams, int]:
+    """Checks that x, w and y form one convolution; ``given`` names the field whose dims the caller
+    set (dx or dw) for the error message. Returns ``(params, groups)``."""
+    mine = x if given == "x_uid" else w
+    conv_params(attrs, spatial_rank(y, "y_uid"))
+    try:
+        want, p, groups = forward_shape(x, w, attrs)
+    except LoweringError as e:
+        raise LoweringError(f"field '{given}' dims {list(mine)} do not fit the operands: {e}") from None
+    if tuple(y) != want:
+        raise LoweringError(f"field '{given}' dims {list(mine)} do not fit: the forward convolution of "
+                            f"x {list(x)} with w {list(w)} gives y {list(want)}, but dy is {list(y)}")
+    return p, groups
+
+
+# ---------------------------------------------------------------------------
+# Emission helpers
+# ---------------------------------------------------------------------------
+
+
+def _ints(v: Sequence[int]) -> str:
+    return ", ".join(str(int(e)) for e in v)
+
+
+def _split(em: Emitter, v: Value, axis: int, parts: tuple[int, int]) -> Value:
+    """``tensor.expand_shape`` of axis ``axis`` into the two axes ``parts``."""
+    shape = v.shape[:axis] + tuple(parts) + v.shape[axis + 1:]
+    groups, j = [], 0
+    for i in range(len(v.shape)):
+        groups.append([j, j + 1] if i == axis else [j])
+        j += len(groups[-1])
+    reassoc = "[" + ", ".join("[" + _ints(g) + "]" for g in groups) + "]"
+    name = em.op(f"tensor.expand_shape {v.ssa} {reassoc} output_shape [{_ints(shape)}] "
+                 f": {v.type} into {tensor_type(shape, v.elem)}", "r")
+    return Value(name, shape, v.elem)
+
+
+def _merge(em: Emitter, v: Value, axis: int) -> Value:
+    """``tensor.collapse_shape`` of axes ``axis`` and ``axis + 1`` into one."""
+    shape = v.shape[:axis] + (v.shape[axis] * v.shape[axis + 1],) + v.shape[axis + 2:]
+    groups = [[i] for i in range(axis)] + [[axis, axis + 1]] + [[i] for i in range(axis + 2, len(v.shape))]
+    reassoc = "[" + ", ".join("[" + _ints(g) + "]" for g in groups) + "]"
+    name = em.op(f"tensor.collapse_shape {v.ssa} {reassoc} : {v.type} into {tensor_type(shape, v.elem)}", "r")
+    return Value(name, shape, v.elem)
+
+
+def _place(em: Emitter, v: Value, low: Sequence[int], step: Sequence[int], size: Sequence[int]) -> Value:
+    """Zero tensor of spatial ``size`` holding ``v[..., j]`` at ``low + j * step`` per spatial axis.
+
+    Entries of ``v`` that land outside are dropped (``low`` may be negative). With unit
+    steps this is ``tensor.pad`` (after a crop if needed); otherwise ``tensor.insert_slice``
+    with strides into a zero fill.
+    """
+    lead = v.shape[:2]
+    first, count = [], []
+    for n, lo, st, sz in zip(v.shape[2:], low, step, size):
+        j0 = max(0, -(lo // st)) if lo < 0 else 0            # first j with lo + j*st >= 0
+        j1 = min(n, (sz - 1 - lo) // st + 1) if sz - 1 - lo >= 0 else 0   # first j past the end
+        first.append(j0)
+        count.append(j1 - j0)
+    out_shape = lead + tuple(size)
+    if any(c <= 0 for c in count):
+        # NOTE: nothing of v lands inside (e.g. padding larger than the data): an all-zero result.
+        return Value(em.filled(out_shape, v.elem, 0.0), out_shape, v.elem)
+    if any(first) or tuple(count) != v.shape[2:]:
+        shape = lead + tuple(count)
+        name = em.op(f"tensor.extract_slice {v.ssa}[0, 0, {_ints(first)}] [{_ints(shape)}] "
+                     f"[{_ints([1] * len(shape))}] : {v.type} to {tensor_type(shape, v.elem)}", "crop")
+        v = Value(name, shape, v.elem)
+    offsets = [lo + j0 * st for lo, j0, st in zip(low, first, step)]
+    if all(st == 1 or c == 1 for st, c in zip(step, count)):
+        high = [sz - off - c for sz, off, c in zip(size, offsets, count)]
+        if not any(offsets) and not any(high):
+            return v
+        zero = em.const(0.0, v.elem)
+        name = em.fresh("pad")
+        em.emit(f"{name} = tensor.pad {v.ssa} low[0, 0, {_ints(offsets)}] high[0, 0, {_ints(high)}] {{")
+        args = ", ".join(f"{em.fresh('i')}: index" for _ in v.shape)
+        em.emit(f"^bb0({args}):")
+        em.emit(f"  tensor.yield {zero} : {v.elem}")
+        em.emit(f"}} : {v.type} to {tensor_type(out_shape, v.elem)}")
+        return Value(name, out_shape, v.elem)
+    zeros = em.filled(out_shape, v.elem, 0.0)
+    name = em.op(f"tensor.insert_slice {v.ssa} into {zeros}[0, 0, {_ints(offsets)}] [{_ints(v.shape)}] "
+                 f"[1, 1, {_ints(step)}] : {v.type} into {tensor_type(out_shape, v.elem)}", "scatter")
+    return Value(name, out_shape, v.elem)
+
+
+def _window(o: str, r: str, stride: int, dilation: int) -> str:
+    """Affine expression ``o * stride + r * dilation``."""
+    a = o if stride == 1 else f"{o} * {stride}"
+    b = r if dilation == 1 else f"{r} * {dilation}"
+    return f"{a} + {b}"
+
+
+def _mac(em: Emitter, ins: Sequence[Value], acc: str):
+    """Region body ``out + a * b`` in the accumulator type."""
+    def body(args):
+        a = em.cast(args[0], ins[0].elem, acc)
+        b = em.cast(args[1], ins[1].elem, acc)
+        return em.op(f"arith.addf {args[2]}, {em.op(f'arith.mulf {a}, {b} : {acc}')} : {acc}")
+    return body
+
+
+def _conv(em: Emitter, xp: Value, filt: Value, groups: int, stride: Sequence[int], dilation: Sequence[int],
+          out_sp: Sequence[int], acc: str) -> Value:
+    """Correlation of ``xp`` ``[N, C, *window extent]`` (already padded) with ``filt``.
+
+    ``filt`` is ``[F, C, *R]`` when ``groups == 1`` and ``[G, F/G, C/G, *R]`` otherwise.
+    Returns ``[N, F, *out_sp]`` in ``acc``.
+    """
+    rank = len(out_sp)
+    attrs = (f"{{dilations = dense<[{_ints(dilation)}]> : tensor<{rank}xi64>, "
+             f"strides = dense<[{_ints(stride)}]> : tensor<{rank}xi64>}}")
+    n = xp.shape[0]
+    if groups == 1:
+        out_shape = (n, filt.shape[0], *out_sp)
+        init = em.filled(out_shape, acc, 0.0)
+        t = tensor_type(out_shape, acc)
+        name = em.op(f"{_NAMED[rank]} {attrs} ins({xp.ssa}, {filt.ssa} : {xp.type}, {filt.type}) "
+                     f"outs({init} : {t}) -> {t}", "conv")
+        return Value(name, out_shape, acc)
+    xg = _split(em, xp, 1, (groups, xp.shape[1] // groups))
+    g_out = (n, groups, filt.shape[1], *out_sp)
+    init = em.filled(g_out, acc, 0.0)
+    if rank in _NAMED_GROUPED:
+        t = tensor_type(g_out, acc)
+        name = em.op(f"{_NAMED_GROUPED[rank]} {attrs} ins({xg.ssa}, {filt.ssa} : {xg.type}, {filt.type}) "
+                     f"outs({init} : {t}) -> {t}", "conv")
+        res = Value(name, g_out, acc)
+    else:
+        # NOTE: no named grouped 1-D/3-D conv in linalg: the same contraction as a generic.
+        # loops: n, g, f, o..., c, r...
+        d = [f"d{i}" for i in range(3 + 2 * rank + 1)]
+        nn, g, f, o, c, r = d[0], d[1], d[2], d[3:3 + rank], d[3 + rank], d[4 + rank:]
+        dom = f"({', '.join(d)})"
+        xmap = f"affine_map<{dom} -> ({nn}, {g}, {c}, " + ", ".join(
+            _window(o[i], r[i], stride[i], dilation[i]) for i in range(rank)) + ")>"
+        wmap = f"affine_map<{dom} -> ({g}, {f}, {c}, {', '.join(r)})>"
+        omap = f"affine_map<{dom} -> ({nn}, {g}, {f}, {', '.join(o)})>"
+        res = em.generic([(xg, xmap), (filt, wmap)], g_out, acc,
+                         ["parallel"] * (3 + rank) + ["reduction"] * (1 + rank), omap, _mac(em, [xg, filt], acc),
+                         init=init)
+    return _merge(em, res, 1)
+
+
+def _check_float(node: NodeDesc, *vals: Value) -> None:
+    for v in vals:
+        if v.elem not in FLOAT_TYPES:
+            raise LoweringError(f"{node.kind.name.lower()} '{node.name}': operands must be floating point, "
+                                f"got {v.elem}", "unsupported")
+
+
+def _geometry(node: NodeDesc, x, w, y, given: str | None) -> tuple[ConvParams, int]:
+    try:
+        if given is None:
+            want, p, groups = forward_shape(x, w, node.attrs)
+            if tuple(y) != want:
+                raise LoweringError(f"field 'y_uid' dims {list(y)} differ from the inferred {list(want)}")
+            return p, groups
+        return check_forward(x, w, y, node.attrs, given)
+    except LoweringError as e:
+        raise LoweringError(f"{node.kind.name.lower()} '{node.name}': {e}") from None
+
+
+# ---------------------------------------------------------------------------
+# Lowerings
+# ---------------------------------------------------------------------------
+
+
+@register_lowering(OpKind.CONV_FPROP)
+def lower_conv_fprop(ctx: LowerContext, node: NodeDesc) -> None:
+    at = node.attrs
+    x, w = ctx.value(at.x_uid), ctx.value(at.w_uid)
+    y_dims = tuple(ctx.tensor(at.y_uid).dims)
+    _check_float(node, x, w)
+    p, groups = _geometry(node, x.shape, w.shape, y_dims, None)
+    em, acc = ctx.em, ctx.compute_elem(node)
+    out_sp, kern = y_dims[2:], w.shape[2:]
+    extent = [(o - 1) * s + (k - 1) * d + 1 for o, k, s, d in zip(out_sp, kern, p.stride, p.dilation)]
+    xp = _place(em, x, p.pre, [1] * p.rank, extent)
+    filt = w if groups == 1 else _split(em, w, 0, (groups, w.shape[0] // groups))
+    ctx.define(at.y_uid, _conv(em, xp, filt, groups, p.stride, p.dilation, out_sp, acc))
+
+
+def _dgrad_filter(em: Emitter, w: Value, groups: int) -> Value:
+    """``w [K, Cg, *R]`` -> flipped, channel-swapped ``[C, K, *R]`` (G == 1) or ``[G, Cg, Kg, *R]``.
+
+    NOTE: a gather (``tensor.extract`` at computed indices), not an indexing map such as
+    ``(r) -> (2 - r)``: IREE's tiling assumes indexing expressions increase with the loop
+    indices, and a reversed map fails to compile once fused into the conv's dispatch.
+    """
+    k, cg, kern = w.shape[0], w.shape[1], w.shape[2:]
+    kg = k // groups
+    ng = 1 if groups > 1 else 0
+    shape = ((groups, cg, kg) if ng else (cg, k)) + tuple(kern)
+
+    def body(args):
+        idx = [em.op(f"linalg.index {i} : index", "i") for i in range(len(shape))]
+        c, kk, r = idx[ng], idx[ng + 1], idx[ng + 2:]
+        if ng and kg > 1:
+            base = em.op(f"arith.muli {idx[0]}, {em.op(f'arith.constant {kg} : index', 'c')} : index")
+            korig = em.op(f"arith.addi {base}, {kk} : index")
+        else:
+            korig = idx[0] if ng else kk
+        flipped = []
+        for ri, n in zip(r, kern):
+            if n == 1:
+                flipped.append(ri)
+            else:
+                last = em.op(f"arith.constant {n - 1} : index", "c")
+                flipped.append(em.op(f"arith.subi {last}, {ri} : index"))
+        return em.op(f"tensor.extract {w.ssa}[{', '.join([korig, c, *flipped])}] : {w.type}")
+
+    ident = ", ".join(f"d{i}" for i in range(len(shape)))
+    return em.generic([], shape, w.elem, ["parallel"] * len(shape), f"affine_map<({ident}) -> ({ident})>", body)
+
+
+@register_lowering(OpKind.CONV_DGRAD)
+def lower_conv_dgrad(ctx: LowerContext, node: NodeDesc) -> None:
+    at = node.attrs
+    dy, w = ctx.value(at.y_uid), ctx.value(at.w_uid)
+    dx_dims = tuple(ctx.tensor(at.x_uid).dims)
+    _check_float(node, dy, w)
+    p, groups = _geometry(node, dx_dims, w.shape, dy.shape, "x_uid")
+    em, acc = ctx.em, ctx.compute_elem(node)
+    kern = w.shape[2:]
+    # NOTE: dx[i] = sum_r dy[o] w[r] over i + pre = o*stride + r*dilation. Scattering dy[o] to
+    # position (R-1)*dilation - pre + o*stride of a zero tensor z makes this
+    # dx[i] = sum_r' z[i + r'*dilation] w[R-1-r']: a stride-1 correlation with the flipped filter.
+    low = [(k - 1) * d - pre for k, d, pre in zip(kern, p.dilation, p.pre)]
+    extent = [i + (k - 1) * d for i, k, d in zip(dx_dims[2:], kern, p.dilation)]
+    z = _place(em, dy, low, p.stride, extent)
+    filt = _dgrad_filter(em, w, groups)
+    ctx.define(at.x_uid, _conv(em, z, filt, groups, [1] * p.rank, p.dilation, dx_dims[2:], acc))
+
+
+@register_lowering(OpKind.CONV_WGRAD)
+def lower_conv_wgrad(ctx: LowerContext, node: NodeDesc) -> None:
+    at = node.attrs
+    dy, x = ctx.value(at.y_uid), ctx.value(at.x_uid)
+    dw_dims = tuple(ctx.tensor(at.w_uid).dims)
+    _check_float(node, dy, x)
+    p, groups = _geometry(node, x.shape, dw_dims, dy.shape, "w_uid")
+    em, acc = ctx.em, ctx.compute_elem(node)
+    rank, out_sp, kern = p.rank, dy.shape[2:], dw_dims[2:]
+    extent = [(o - 1) * s + (k - 1) * d + 1 for o, k, s, d in zip(out_sp, kern, p.stride, p.dilation)]
+    xp = _place(em, x, p.pre, [1] * rank, extent)
+    k, cg = dw_dims[0], dw_dims[1]
+    # loops: [g,] k, c, r... (parallel), n, o... (reduction)
+    ng = 1 if groups > 1 else 0
+    d = [f"d{i}" for i in range(ng + 2 + 2 * rank + 1)]
+    g = d[0] if ng else None
+    kk, c, r, nn, o = d[ng], d[ng + 1], d[ng + 2:ng + 2 + rank], d[ng + 2 + rank], d[ng + 3 + rank:]
+    dom = f"({', '.join(d)})"
+    gsel = [g] if ng else []
+    win = [_window(o[i], r[i], p.stride[i], p.dilation[i]) for i in range(rank)]
+    if ng:
+        dy_in, x_in = _split(em, dy, 1, (groups, k // groups)), _split(em, xp, 1, (groups, cg))
+        out_shape = (groups, k // groups, cg, *kern)
+    else:
+        dy_in, x_in, out_shape = dy, xp, (k, cg, *kern)
+    dymap = f"affine_map<{dom} -> ({', '.join([nn, *gsel, kk, *o])})>"
+    xmap = f"affine_map<{dom} -> ({', '.join([nn, *gsel, c, *win])})>"
+    omap = f"affine_map<{dom} -> ({', '.join([*gsel, kk, c, *r])})>"
+    init = em.filled(out_shape, acc, 0.0)
+    res = em.generic([(dy_in, dymap), (x_in, xmap)], out_shape, acc,
+                     ["parallel"] * (ng + 2 + rank) + ["reduction"] * (1 + rank), omap,
+                     _mac(em, [dy_in, x_in], acc), init=init)
+    if ng:
+        res = _merge(em, res, 0)
+    ctx.define(at.w_uid, res)
