@@ -49,7 +49,10 @@ def float_literal(value: float, elem: str) -> str:
         return {"f16": ("0x7C00", "0xFC00"), "bf16": ("0x7F80", "0xFF80"),
                 "f32": ("0x7F800000", "0xFF800000"),
                 "f64": ("0x7FF0000000000000", "0xFFF0000000000000")}[elem][0 if pos else 1]
-    return repr(float(value)).replace("inf", "0.0")  # repr gives an exact round-trip literal
+    text = repr(float(value))  # repr gives an exact round-trip literal ...
+    mantissa, e, exponent = text.partition("e")
+    # NOTE: ... but MLIR needs a '.' before an exponent: '1e-05' must be '1.0e-05'.
+    return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text
 
 
 @dataclass(frozen=True)

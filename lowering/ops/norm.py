@@ -1,2 +1,376 @@
-"""Lowering of Reduction and normalization ops: reduction, batchnorm_inference, layernorm, rmsnorm to linalg."""
+"""Lowering of reduction and normalization ops to linalg.
+
+- ``reduction``: one ``linalg.generic`` with ``"reduction"`` iterators over the
+  reduced axes that accumulates in the compute type, then one elementwise
+  generic that finishes the mode (AVG divides, NORM2 takes the root) and
+  rounds once to the output type; a ``tensor.expand_shape`` puts the size-1
+  reduced axes back.
+- ``batchnorm_inference``: one broadcasting elementwise generic.
+- ``layernorm`` / ``rmsnorm``: per-row statistics over axes 1.. in the compute
+  type (two passes for layernorm: the sum, then the sum of squared deviations
+  from that mean), a small elementwise generic turning them into
+  ``inv_variance``, and one elementwise generic that applies them.
+
+The attribute and shape checks at the top are shared with the frontend's
+validation (``hipdnn_iree/_ops_norm.py``) so both report the same message.
+"""
 from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+from lowering._context import LowerContext
+from lowering._emit import FLOAT_TYPES, Emitter, Value
+from lowering._fbs.graph_generated import NormFwdPhase, ReductionMode
+from lowering._registry import register_lowering
+from lowering.graph_ir import ABSENT, LoweringError, NodeDesc, OpKind
+from lowering.ops.pointwise import _Math
+
+Dims = Callable[[int], Sequence[int]]
+_MODE_NAMES = {v: k for k, v in vars(ReductionMode).items() if not k.startswith("_") and isinstance(v, int)}
+_PHASE_NAMES = {v: k for k, v in vars(NormFwdPhase).items() if not k.startswith("_") and isinstance(v, int)}
+
+# ---------------------------------------------------------------------------
+# Checks shared with the frontend. Messages name the field and the bad value;
+# callers prefix the op kind and node name.
+# ---------------------------------------------------------------------------
+
+
+def check_reduction_mode(mode: int) -> None:
+    if mode not in _REDUCERS:
+        valid = ", ".join(_MODE_NAMES[m] for m in _REDUCERS)
+        raise LoweringError(f"field 'mode' value {_MODE_NAMES.get(mode, mode)}: not a reduction mode; "
+                            f"use one of hd.ReductionMode.{{{valid}}}")
+
+
+def reduced_axes(x: Sequence[int], y: Sequence[int]) -> tuple[int, ...]:
+    """Axes a reduction from dims ``x`` to dims ``y`` reduces (``y`` is 1 there, ``x`` is not).
+
+    Raises:
+        LoweringError: ``y`` has another rank, or an axis that is neither 1 nor ``x``'s size.
+    """
+    x, y = tuple(x), tuple(y)
+    if len(x) == 0:
+        raise LoweringError(f"field 'x' dims {list(x)}: a reduction needs an input of rank >= 1")
+    if len(y) != len(x):
+        raise LoweringError(f"field 'y' dims {list(y)}: rank {len(y)} differs from x's rank {len(x)} "
+                            f"(x dims {list(x)}); set y's dims to x's with 1 on every reduced axis")
+    for i, (a, b) in enumerate(zip(x, y)):
+        if b not in (1, a):
+            raise LoweringError(f"field 'y' dims {list(y)}: axis {i} has size {b}, neither 1 (reduced) "
+                                f"nor x's size {a} (x dims {list(x)})")
+    return tuple(i for i, (a, b) in enumerate(zip(x, y)) if b == 1 and a != 1)
+
+
+def x_dims(at, dims: Dims) -> tuple[int, ...]:
+    """Dims of the op's required input ``x``."""
+    if at.x_uid == ABSENT:
+        raise LoweringError("field 'x' is missing: pass the input tensor")
+    return tuple(dims(at.x_uid))
+
+
+def check_batchnorm(at, dims: Dims) -> dict[int, tuple[int, ...]]:
+    """Validates batchnorm_inference operands; returns ``{y_uid: dims}``."""
+    x = x_dims(at, dims)
+    if len(x) < 2:
+        raise LoweringError(f"field 'x' dims {list(x)}: batchnorm needs rank >= 2 (N, C, spatial...)")
+    want = (1, x[1]) + (1,) * (len(x) - 2)
+    for f in ("mean", "inv_variance", "scale", "bias"):
+        _check_operand(at, f, want, dims, "per-channel dims [1, C, 1, ...] with C = x's axis 1")
+    return {at.y_uid: x}
+
+
+def check_layernorm(at, dims: Dims, scalar=None) -> dict[int, tuple[int, ...]]:
+    """Validates layernorm attributes; returns the dims of every output.
+
+    ``scalar(uid)`` gives a scalar tensor's value (``None`` if not a scalar);
+    without it the epsilon value is not checked.
+    """
+    if at.phase not in (NormFwdPhase.INFERENCE, NormFwdPhase.TRAINING):
+        raise LoweringError(f"field 'phase' value {_PHASE_NAMES.get(at.phase, at.phase)}: use "
+                            "hd.NormFwdPhase.INFERENCE or hd.NormFwdPhase.TRAINING")
+    out = _check_row_norm(at, ("scale", "bias"), dims, scalar)
+    x = tuple(dims(at.x_uid))
+    stats = (x[0],) + (1,) * (len(x) - 1)
+    training = at.phase == NormFwdPhase.TRAINING
+    for f in ("mean", "inv_variance"):
+        uid = getattr(at, f"{f}_uid")
+        if training and uid == ABSENT:
+            raise LoweringError(f"field '{f}' is missing: the TRAINING phase outputs mean and inv_variance")
+        if not training and uid != ABSENT:
+            raise LoweringError(f"field '{f}' is set (uid {uid}) but the phase is INFERENCE, which outputs "
+                                "only y; use hd.NormFwdPhase.TRAINING to get the statistics")
+        if uid != ABSENT:
+            out[uid] = stats
+    return out
+
+
+def check_rmsnorm(at, dims: Dims, scalar=None) -> dict[int, tuple[int, ...]]:
+    """Validates rmsnorm attributes; returns ``{y_uid: dims}`` (see :func:`check_layernorm`)."""
+    return _check_row_norm(at, ("scale",), dims, scalar)
+
+
+def check_epsilon(value: float) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+        raise LoweringError(f"field 'epsilon' value {value!r}: must be a finite number >= 0 (e.g. 1e-5)")
+
+
+def _check_operand(at, field: str, want: tuple, dims: Dims, what: str) -> None:
+    uid = getattr(at, f"{field}_uid")
+    if uid == ABSENT:
+        raise LoweringError(f"field '{field}' is missing: pass a tensor of dims {list(want)} ({what})")
+    got = tuple(dims(uid))
+    if got != want:
+        raise LoweringError(f"field '{field}' dims {list(got)}: expected {list(want)} ({what})")
+
+
+def _check_row_norm(at, operands: Sequence[str], dims: Dims, scalar) -> dict[int, tuple[int, ...]]:
+    x = x_dims(at, dims)
+    if len(x) < 2:
+        raise LoweringError(f"field 'x' dims {list(x)}: needs rank >= 2 (batch axis 0, then the "
+                            "normalized axes)")
+    want = (1,) + x[1:]
+    for f in operands:
+        _check_operand(at, f, want, dims, "[1, *x.dims[1:]]: one value per normalized element")
+    if at.epsilon_uid == ABSENT:
+        raise LoweringError("field 'epsilon' is missing: pass a scalar such as 1e-5")
+    eps_dims = tuple(dims(at.epsilon_uid))
+    if eps_dims != ():
+        raise LoweringError(f"field 'epsilon' dims {list(eps_dims)}: must be a scalar constant "
+                            "(pass a Python float or g.tensor(value=...))")
+    if scalar is not None:
+        value = scalar(at.epsilon_uid)
+        if value is None:
+            raise LoweringError("field 'epsilon': must be a scalar constant (pass a Python float or "
+                                "g.tensor(value=...))", "unsupported")
+        check_epsilon(value)
+    return {at.y_uid: x}
+
+
+def _checked(ctx: LowerContext, node: NodeDesc, check: Callable):
+    """Runs ``check(dims, scalar)`` against the graph's tensors, prefixing the op and node name."""
+    def dims(uid):
+        return ctx.tensor(uid).dims
+
+    def scalar(uid):
+        t = ctx.tensor(uid)
+        return t.scalar_value if t.is_scalar else None
+
+    try:
+        return check(dims, scalar)
+    except LoweringError as e:
+        raise LoweringError(f"{node.kind.name.lower()} '{node.name}': {e}", e.kind) from None
+
+
+# ---------------------------------------------------------------------------
+# Emission helpers
+# ---------------------------------------------------------------------------
+
+
+def _compute(ctx: LowerContext, node: NodeDesc) -> str:
+    # NOTE: statistics only make sense in a float type; an integer compute type
+    # (set graph-wide for some other op) falls back to f32 as in pointwise.
+    ct = ctx.compute_elem(node)
+    return ct if ct in FLOAT_TYPES else "f32"
+
+
+def _first_of(x: Value, axes: Sequence[int]) -> str:
+    """Map from ``x``'s iteration domain to its first element along ``axes``."""
+    d = [f"d{i}" for i in range(len(x.shape))]
+    return f"affine_map<({', '.join(d)}) -> ({', '.join('0' if i in axes else d[i] for i in range(len(d)))})>"
+
+
+def reduce_rows(em: Emitter, x: Value, axes: Sequence[int], acc: str, init: float,
+                step: Callable[[_Math, str, list[str], str], str], stats: Sequence[Value] = (),
+                pivot: bool = False) -> Value:
+    """``linalg.generic`` reducing ``x`` over ``axes`` into a value of the kept axes.
+
+    Args:
+        em: the emitter.
+        x: the input, any element type (cast to ``acc`` inside the region).
+        axes: axes of ``x`` to reduce; the result has the other axes, in order.
+        acc: accumulator element type.
+        init: the accumulator's initial value.
+        step: ``(math, x_elem, stat_elems, acc_elem) -> new_acc`` emitted in the region.
+        stats: values shaped like the result, read at the output's position
+            (e.g. the mean in the variance pass).
+        pivot: also pass ``step`` (last in ``stat_elems``) the slice's first element.
+    """
+    rank = len(x.shape)
+    d = [f"d{i}" for i in range(rank)]
+    dom = f"({', '.join(d)})"
+    kept = [i for i in range(rank) if i not in axes]
+    kept_map = f"affine_map<{dom} -> ({', '.join(d[i] for i in kept)})>"
+    full_map = f"affine_map<{dom} -> ({', '.join(d)})>"
+    shape = tuple(x.shape[i] for i in kept)
+    init_v = em.filled(shape, acc, init)
+    mm = _Math(em, acc)
+    extra = [(s, kept_map) for s in stats] + ([(x, _first_of(x, axes))] if pivot else [])
+
+    def body(args):
+        xv = em.cast(args[0], x.elem, acc)
+        sv = [em.cast(a, v.elem, acc) for a, (v, _) in zip(args[1:-1], extra)]
+        return step(mm, xv, sv, args[-1])
+
+    its = ["reduction" if i in axes else "parallel" for i in range(rank)]
+    return em.generic([(x, full_map)] + extra, shape, acc, its, kept_map, body, init=init_v)
+
+
+def _fconst(em: Emitter, value: float, elem: str) -> str:
+    """A float constant whose literal always parses.
+
+    NOTE: ``repr`` writes 1e-05 with no '.', which MLIR's lexer reads as the
+    integer 1 followed by junk; give the mantissa a fraction part.
+    """
+    text = repr(float(value))
+    if "e" in text and "." not in text:
+        mantissa, exponent = text.split("e")
+        text = f"{mantissa}.0e{exponent}"
+    if not math.isfinite(value):
+        return em.const(value, elem)
+    return em.op(f"arith.constant {text} : {elem}", "cst")
+
+
+# mode -> (initial value, step(math, x, acc) -> acc)
+_REDUCERS: dict[int, tuple[float, Callable[[_Math, str, str], str]]] = {
+    ReductionMode.ADD: (0.0, lambda m, x, a: m.add(a, x)),
+    ReductionMode.MUL: (1.0, lambda m, x, a: m.mul(a, x)),
+    # NOTE: minimumf/maximumf propagate NaN, as numpy's min/max do.
+    ReductionMode.MIN: (math.inf, lambda m, x, a: m.bin("minimumf", a, x)),
+    ReductionMode.MAX: (-math.inf, lambda m, x, a: m.bin("maximumf", a, x)),
+    ReductionMode.AMAX: (0.0, lambda m, x, a: m.bin("maximumf", a, m.un("math.absf", x))),
+    ReductionMode.AVG: (0.0, lambda m, x, a: m.add(a, x)),
+    ReductionMode.NORM1: (0.0, lambda m, x, a: m.add(a, m.un("math.absf", x))),
+    ReductionMode.NORM2: (0.0, lambda m, x, a: m.add(a, m.mul(x, x))),
+    # NOTE: zeros are skipped by multiplying by 1 instead; an all-zero slice gives 1.
+    ReductionMode.MUL_NO_ZEROS: (1.0, lambda m, x, a: m.mul(a, m.select(m.cmp("oeq", x, m.c(0.0)), m.c(1.0), x))),
+}
+
+
+# ---------------------------------------------------------------------------
+# Lowerings
+# ---------------------------------------------------------------------------
+
+
+@register_lowering(OpKind.REDUCTION)
+def lower_reduction(ctx: LowerContext, node: NodeDesc) -> None:
+    at = node.attrs
+    _checked(ctx, node, lambda d, s: check_reduction_mode(at.mode))
+    x = ctx.value(at.x_uid)
+    y_dims = tuple(ctx.tensor(at.y_uid).dims)
+    axes = _checked(ctx, node, lambda d, s: reduced_axes(x.shape, y_dims))
+    acc, out = _compute(ctx, node), ctx.out_elem(at.y_uid)
+    em = ctx.em
+    init, step = _REDUCERS[at.mode]
+    r = reduce_rows(em, x, axes, acc, init, lambda m, xv, _s, a: step(m, xv, a))
+    count = math.prod(x.shape[i] for i in axes)
+
+    def finish(args):
+        m = _Math(em, acc)
+        v = args[0]
+        if at.mode == ReductionMode.AVG:
+            v = m.div(v, _fconst(em, count, acc))
+        elif at.mode == ReductionMode.NORM2:
+            v = m.un("math.sqrt", v)
+        return em.cast(v, acc, out)
+
+    if at.mode in (ReductionMode.AVG, ReductionMode.NORM2) or acc != out:
+        r = em.elementwise([r], r.shape, out, finish)
+    ctx.define(at.y_uid, em.reshape(r, y_dims))
+
+
+@register_lowering(OpKind.BATCHNORM_INFERENCE)
+def lower_batchnorm_inference(ctx: LowerContext, node: NodeDesc) -> None:
+    at = node.attrs
+    _checked(ctx, node, lambda d, s: check_batchnorm(at, d))
+    ins = [ctx.value(u) for u in (at.x_uid, at.mean_uid, at.inv_variance_uid, at.scale_uid, at.bias_uid)]
+    acc, out = _compute(ctx, node), ctx.out_elem(at.y_uid)
+    em = ctx.em
+
+    def body(args):
+        m = _Math(em, acc)
+        x, mean, inv, scale, bias = (em.cast(a, v.elem, acc) for a, v in zip(args, ins))
+        y = m.add(m.mul(m.mul(m.sub(x, mean), inv), scale), bias)
+        return em.cast(y, acc, out)
+
+    ctx.define(at.y_uid, em.elementwise(ins, ins[0].shape, out, body))
+
+
+def _row_stats(em: Emitter, x: Value, acc: str, eps: float, centered: bool) -> tuple[Value | None, Value]:
+    """Per-row (axis 0) mean (if ``centered``) and ``1/sqrt(var + eps)`` over axes 1.., in ``acc``.
+
+    With ``centered`` the variance is the biased one around the mean, computed in a
+    second pass; without it, the mean of squares (RMSNorm).
+    """
+    axes = tuple(range(1, len(x.shape)))
+    n = float(math.prod(x.shape[1:]))
+    mean = None
+    if centered:
+        # NOTE: the first pass sums x - x[n, 0, ...] (shifted data): summing x itself
+        # in f32 loses digits of the mean when |mean| >> std, and every later step
+        # inherits that error. mean = pivot + shifted_sum / n.
+        s = reduce_rows(em, x, axes, acc, 0.0, lambda m, xv, st, a: m.add(a, m.sub(xv, st[0])), pivot=True)
+        mm = _Math(em, acc)
+        row = "affine_map<(d0) -> (d0)>"
+        pivot_map = f"affine_map<(d0) -> (d0{', 0' * len(axes)})>"
+
+        def mean_body(args):
+            return mm.add(em.cast(args[1], x.elem, acc), mm.div(args[0], _fconst(em, n, acc)))
+
+        mean = em.generic([(s, row), (x, pivot_map)], s.shape, acc, ["parallel"], row, mean_body)
+
+        def sq_dev(m, xv, st, a):
+            dev = m.sub(xv, st[0])
+            return m.add(a, m.mul(dev, dev))
+
+        ss = reduce_rows(em, x, axes, acc, 0.0, sq_dev, stats=[mean])
+    else:
+        ss = reduce_rows(em, x, axes, acc, 0.0, lambda m, xv, _s, a: m.add(a, m.mul(xv, xv)))
+
+    def inv_std(args):
+        m = _Math(em, acc)
+        return m.un("math.rsqrt", m.add(m.div(args[0], _fconst(em, n, acc)), _fconst(em, eps, acc)))
+
+    inv = em.elementwise([ss], ss.shape, acc, inv_std)
+    # NOTE: [N] -> [N, 1, ...] so the elementwise pass broadcasts the stats over each row.
+    stat_shape = (x.shape[0],) + (1,) * (len(x.shape) - 1)
+    return (em.reshape(mean, stat_shape) if mean is not None else None), em.reshape(inv, stat_shape)
+
+
+@register_lowering(OpKind.LAYERNORM)
+def lower_layernorm(ctx: LowerContext, node: NodeDesc) -> None:
+    at = node.attrs
+    _checked(ctx, node, lambda d, s: check_layernorm(at, d, s))
+    x, scale, bias = ctx.value(at.x_uid), ctx.value(at.scale_uid), ctx.value(at.bias_uid)
+    acc, out = _compute(ctx, node), ctx.out_elem(at.y_uid)
+    em = ctx.em
+    mean, inv = _row_stats(em, x, acc, ctx.tensor(at.epsilon_uid).scalar_value, centered=True)
+    ins = [x, mean, inv, scale, bias]
+
+    def body(args):
+        m = _Math(em, acc)
+        xv, mv, iv, sv, bv = (em.cast(a, v.elem, acc) for a, v in zip(args, ins))
+        return em.cast(m.add(m.mul(m.mul(m.sub(xv, mv), iv), sv), bv), acc, out)
+
+    ctx.define(at.y_uid, em.elementwise(ins, x.shape, out, body))
+    if at.phase == NormFwdPhase.TRAINING:
+        ctx.define(at.mean_uid, mean)
+        ctx.define(at.inv_variance_uid, inv)
+
+
+@register_lowering(OpKind.RMSNORM)
+def lower_rmsnorm(ctx: LowerContext, node: NodeDesc) -> None:
+    at = node.attrs
+    _checked(ctx, node, lambda d, s: check_rmsnorm(at, d, s))
+    x, scale = ctx.value(at.x_uid), ctx.value(at.scale_uid)
+    acc, out = _compute(ctx, node), ctx.out_elem(at.y_uid)
+    em = ctx.em
+    _, inv = _row_stats(em, x, acc, ctx.tensor(at.epsilon_uid).scalar_value, centered=False)
+    ins = [x, inv, scale]
+
+    def body(args):
+        m = _Math(em, acc)
+        xv, iv, sv = (em.cast(a, v.elem, acc) for a, v in zip(args, ins))
+        return em.cast(m.mul(m.mul(xv, iv), sv), acc, out)
+
+    ctx.define(at.y_uid, em.elementwise(ins, x.shape, out, body))
