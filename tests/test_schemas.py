@@ -46,16 +46,37 @@ def test_execution_plan_schema_is_the_rfc_v1_layout():
     assert "root_type SerializedExecutionPlan;" in text
 
 
-def test_envelope_readable_by_schema_generated_reader(cpu):
-    """The envelope parses with the reader generated from the schema (v1 fields at their RFC slots)."""
+RFC_V1_SCHEMA = """
+namespace hipdnn_flatbuffers_sdk.data_objects;
+table SerializedExecutionPlan {
+    version: uint;
+    engine_id: int64;
+    workspace_size: int64;
+    tensor_uids: [int64];
+    plugin_payload: [ubyte];
+}
+root_type SerializedExecutionPlan;
+"""
+
+
+def test_plans_parse_with_a_reader_generated_from_the_rfc_schema(cpu, tmp_path):
+    """v1 and v2 envelopes both parse with a reader flatc generates from the RFC's exact v1 schema."""
     import hipdnn_iree as hd
+    from hipdnn_iree import backend
+    (tmp_path / "rfc.fbs").write_text(RFC_V1_SCHEMA)
+    subprocess.run([shutil.which("flatc"), "--python", "--gen-onefile", "-o", str(tmp_path), str(tmp_path / "rfc.fbs")],
+                   check=True)
+    spec = importlib.util.spec_from_file_location("rfc_generated", tmp_path / "rfc_generated.py")
+    rfc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rfc)
     g = hd.Graph(io_data_type=hd.DataType.FLOAT)
     a, b = g.tensor(uid=1, dim=[2, 3]), g.tensor(uid=2, dim=[3, 2])
     g.matmul(a, b).set_output(True).set_uid(3)
     g.build(cpu)
-    data = g.serialize_compiled_plan()
-    from hipdnn_iree._fbs.execution_plan_generated import SerializedExecutionPlan
-    p = SerializedExecutionPlan.GetRootAs(data, 0)
-    assert p.Version() == 2   # version 2 appends fields; the v1 reader still reads the v1 ones
-    assert list(p.TensorUidsAsNumpy()) == [1, 2, 3]
-    assert p.PluginPayloadAsNumpy().tobytes()[:8] == b"FUSPLAN\0"
+    for version in (1, 2):
+        data = backend.serialize_execution_plan(g.get_execution_plan(), envelope_version=version)
+        p = rfc.SerializedExecutionPlan.GetRootAs(data, 0)
+        assert p.Version() == version
+        assert p.EngineId() == hd.engine_id_from_name("IREE_LINALG") and p.WorkspaceSize() == 0
+        assert list(p.TensorUidsAsNumpy()) == [1, 2, 3]
+        assert p.PluginPayloadAsNumpy().tobytes()[:8] == b"FUSPLAN\0"
