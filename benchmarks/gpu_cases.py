@@ -159,7 +159,12 @@ def compile_all(target: str, out: str, names=None) -> None:
         for dt in DT:
             g, _ = fn(dt)
             t0 = time.perf_counter()
-            g.build(h)
+            try:
+                g.build(h)
+            except hd.HipdnnError as ex:
+                print(f"FAILED {name} {dt}: {str(ex).splitlines()[0][:200]}", flush=True)
+                manifest.append({"case": name, "dtype": dt, "plan": None, "compile_error": str(ex)[:2000]})
+                continue
             path = os.path.join(out, f"{name}.{dt}.plan")
             hd.save_plan(path, g.serialize_compiled_plan())
             dispatches = g.get_execution_plan().context.dispatch_count
@@ -197,6 +202,12 @@ def run_all(plans: str, device: str, out_json: str | None) -> int:
     results, failures = [], 0
     for entry in manifest["cases"]:
         name, dt = entry["case"], entry["dtype"]
+        if entry.get("plan") is None:
+            results.append({"case": name, "dtype": dt, "ok": False, "max_rel_err": None, "restore_ms": None,
+                            "first_exec_ms": None, "dispatches": None,
+                            "error": "compile failed: " + entry["compile_error"].splitlines()[0][:150]})
+            failures += 1
+            continue
         _, refs = CASES[name](dt)
         t0 = time.perf_counter()
         r = hd.Graph.from_compiled_plan(h, hd.load_plan(os.path.join(plans, entry["plan"])))
