@@ -128,6 +128,36 @@ def layernorm_rmsnorm(dt):
 
 
 @case
+def layernorm_training(dt):
+    g = hd.Graph(name="layernorm_training", io_data_type=DT[dt], compute_data_type=hd.DataType.FLOAT)
+    x = g.tensor(name="x", uid=1, dim=[16, 128, 256])
+    s = g.tensor(name="scale", uid=2, dim=[1, 128, 256])
+    b = g.tensor(name="bias", uid=3, dim=[1, 128, 256])
+    y, mean, inv = g.layernorm(x, s, b, epsilon=1e-5, forward_phase=hd.NormFwdPhase.TRAINING)
+    y.set_output(True).set_uid(4)
+    mean.set_output(True).set_uid(5).set_data_type(hd.DataType.FLOAT)
+    inv.set_output(True).set_uid(6).set_data_type(hd.DataType.FLOAT)
+
+    def refs(torch, t):
+        x64 = t[1].double()
+        m = x64.mean((1, 2), keepdim=True)
+        var = (x64 - m).pow(2).mean((1, 2), keepdim=True)
+        return {4: (x64 - m) / torch.sqrt(var + 1e-5) * t[2].double() + t[3].double(), 5: m,
+                6: 1 / torch.sqrt(var + 1e-5)}
+    return g, refs
+
+
+@case
+def rmsnorm_only(dt):
+    g = hd.Graph(name="rmsnorm", io_data_type=DT[dt], compute_data_type=hd.DataType.FLOAT)
+    x = g.tensor(name="x", uid=1, dim=[16, 128, 256])
+    s = g.tensor(name="scale", uid=2, dim=[1, 128, 256])
+    g.rmsnorm(x, s, epsilon=1e-5).set_output(True).set_uid(3)
+    return g, lambda torch, t: {3: t[1].double() / torch.sqrt(t[1].double().pow(2).mean((1, 2), keepdim=True) + 1e-5)
+                                * t[2].double()}
+
+
+@case
 def batchnorm_inference(dt):
     g = hd.Graph(name="bn", io_data_type=DT[dt], compute_data_type=hd.DataType.FLOAT)
     x = g.tensor(name="x", uid=1, dim=[8, 64, 28, 28], stride=nhwc(8, 64, 28, 28))
@@ -180,7 +210,9 @@ def _torch_inputs(torch, tensors, dt, device):
     out = {}
     for t in tensors:
         dims, strides = list(t.dims), list(t.strides)
-        buf = torch.empty_strided(dims, strides, dtype=getattr(torch, TORCH_DT[dt]), device=device)
+        tdt = {hd.DataType.FLOAT: "float32", hd.DataType.HALF: "float16", hd.DataType.BFLOAT16: "bfloat16"}.get(
+            t.data_type, TORCH_DT[dt])
+        buf = torch.empty_strided(dims, strides, dtype=getattr(torch, tdt), device=device)
         if t.role == "input":
             vals = torch.randn(dims, generator=gen, device=device, dtype=torch.float32)
             if t.name in ("inv_var",):

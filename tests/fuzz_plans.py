@@ -41,12 +41,16 @@ def main():
     ap.add_argument("--cases", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--v1-payload", action="store_true")
+    ap.add_argument("--dump-last", default=None, help="write each case here before running it (crash triage)")
     args = ap.parse_args()
     corpus = load_corpus()
     handle = hd.create_handle()
     counts = collections.Counter()
 
     def run_case(data, d):
+        if args.dump_last:
+            with open(args.dump_last, "wb") as f:
+                f.write(data)
         try:
             r = hd.Graph.from_compiled_plan(handle, data)
             y = np.full((2, 6, 12), np.nan, np.float32)

@@ -124,3 +124,25 @@ def test_torch_cuda_tensors_in_place():
     r.execute(h, {1: x, 2: w, 3: y})
     assert y.data_ptr() == ptr
     torch.testing.assert_close(y.float(), (x.float() @ w.float()), rtol=2e-2, atol=2e-2)
+
+
+def test_repeated_calls_reuse_imports_and_see_new_contents(plan, monkeypatch):
+    """The same aligned buffers twice: the second call skips checks/imports but reads the new values."""
+    h, r = plan
+    a, b, c = hd.empty_aligned((64, 32)), hd.empty_aligned((32, 48)), hd.empty_aligned((64, 48))
+    rng = np.random.default_rng()
+    for i in range(3):
+        a[...] = rng.standard_normal(a.shape)
+        b[...] = rng.standard_normal(b.shape)
+        r.execute(h, {1: a, 2: b, 3: c})
+        np.testing.assert_allclose(c, np.maximum(a.astype(np.float64) @ b, 0), rtol=1e-4, atol=1e-4)
+        if i == 0:   # from now on every call must come from the cache
+            monkeypatch.setattr(_iree_rt.LoadedModule, "host_view", lambda *a: pytest.fail("re-imported"))
+    # copied (unaligned) inputs are never cached: new contents are seen
+    monkeypatch.undo()
+    base = np.zeros(64 * 32 + 1, np.float32)
+    ua = base[1:].reshape(64, 32)
+    for _ in range(2):
+        ua[...] = rng.standard_normal(ua.shape)
+        r.execute(h, {1: ua, 2: b, 3: c})
+        np.testing.assert_allclose(c, np.maximum(ua.astype(np.float64) @ b, 0), rtol=1e-4, atol=1e-4)

@@ -7,7 +7,12 @@ from hipdnn_iree._status import HipdnnError, Status
 
 # target backend -> HAL driver(s) whose devices run its executables
 _DRIVERS = {"llvm-cpu": ("local-task", "local-sync"), "rocm": ("hip",), "cuda": ("cuda",)}
-DEFAULT_CUDA_ARCH = "sm_80"   # NOTE: IREE 3.13 rejects sm_90; sm_80 PTX is JIT-compiled on Hopper.
+DEFAULT_CUDA_ARCH = "sm_80"
+# NOTE: GPU targets compile convolutions channels-last (NHWC/HWCF). Measured on an H200 (IREE 3.13,
+# sm_80 PTX): the f16/bf16 NCHW conv path produced wrong results (NaN), channels-last was correct
+# and 16% faster at 16x56x56x64 3x3 (docs/performance.md). On the CPU it was slower, so not there.
+GPU_FLAGS = ("--iree-preprocessing-pass-pipeline=builtin.module(util.func("
+             "iree-preprocessing-convert-conv-to-channels-last))",)   # NOTE: IREE 3.13 rejects sm_90; sm_80 PTX is JIT-compiled on Hopper.
 
 
 @dataclass(frozen=True)
@@ -27,8 +32,8 @@ class Target:
             return ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
                     f"--iree-llvmcpu-target-cpu={self.arch}"]
         if self.backend == "rocm":
-            return ["--iree-hal-target-device=hip", f"--iree-rocm-target={self.arch}"]
-        return ["--iree-hal-target-device=cuda", f"--iree-cuda-target={self.arch}"]
+            return ["--iree-hal-target-device=hip", f"--iree-rocm-target={self.arch}", *GPU_FLAGS]
+        return ["--iree-hal-target-device=cuda", f"--iree-cuda-target={self.arch}", *GPU_FLAGS]
 
 
 def parse_target(text: str) -> Target:
