@@ -179,28 +179,48 @@ def sdpa_causal_gqa(dt):
         t[1].double(), t[2].double(), t[3].double(), is_causal=True, enable_gqa=True)}
 
 
-def compile_all(target: str, out: str, names=None) -> None:
+# Flag variants for the conv cases (before/after of the GPU default flags, in one run):
+# (keep the per-target default flags?, extra flags)
+# NOTE: codegen options such as --iree-codegen-llvmgpu-use-igemm are global LLVM options that
+# the in-process compiler session refuses, so only the preprocessing choice is varied here.
+CONV_VARIANTS = {
+    "nchw": (False, ()),
+}
+
+
+def compile_all(target: str, out: str, names=None, variants: bool = False) -> None:
+    from hipdnn_iree.plugins import _targets
+    from hipdnn_iree.plugins.iree_linalg import ENGINE_ID
     os.makedirs(out, exist_ok=True)
-    h = hd.create_handle(device=None, target=target)
+    default_gpu_flags = _targets.GPU_FLAGS
     manifest = []
     for name, fn in CASES.items():
         if names and name not in names:
             continue
-        for dt in DT:
-            g, _ = fn(dt)
-            t0 = time.perf_counter()
-            try:
-                g.build(h)
-            except hd.HipdnnError as ex:
-                print(f"FAILED {name} {dt}: {str(ex).splitlines()[0][:200]}", flush=True)
-                manifest.append({"case": name, "dtype": dt, "plan": None, "compile_error": str(ex)[:2000]})
-                continue
-            path = os.path.join(out, f"{name}.{dt}.plan")
-            hd.save_plan(path, g.serialize_compiled_plan())
-            dispatches = g.get_execution_plan().context.dispatch_count
-            manifest.append({"case": name, "dtype": dt, "plan": os.path.basename(path), "dispatches": dispatches,
-                             "compile_s": round(time.perf_counter() - t0, 2)})
-            print(f"compiled {name} {dt}: {dispatches} dispatches", flush=True)
+        todo = {"default": (True, ())}
+        if variants and name.startswith("conv"):
+            todo.update(CONV_VARIANTS)
+        for vname, (keep, extra) in todo.items():
+            _targets.GPU_FLAGS = default_gpu_flags if keep else ()
+            h = hd.create_handle(device=None, target=target)
+            h.resource_manager.plugin_for(ENGINE_ID).compile_flags = tuple(extra)
+            for dt in DT:
+                g, _ = fn(dt)
+                t0 = time.perf_counter()
+                try:
+                    g.build(h)
+                except hd.HipdnnError as ex:
+                    print(f"FAILED {name} {dt} {vname}: {str(ex).splitlines()[0][:200]}", flush=True)
+                    manifest.append({"case": name, "dtype": dt, "variant": vname, "plan": None,
+                                     "compile_error": str(ex)[:2000]})
+                    continue
+                path = os.path.join(out, f"{name}.{dt}.{vname}.plan")
+                hd.save_plan(path, g.serialize_compiled_plan())
+                dispatches = g.get_execution_plan().context.dispatch_count
+                manifest.append({"case": name, "dtype": dt, "variant": vname, "plan": os.path.basename(path),
+                                 "dispatches": dispatches, "compile_s": round(time.perf_counter() - t0, 2)})
+                print(f"compiled {name} {dt} {vname}: {dispatches} dispatches", flush=True)
+    _targets.GPU_FLAGS = default_gpu_flags
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump({"target": target, "cases": manifest}, f, indent=1)
 
@@ -235,7 +255,7 @@ def run_all(plans: str, device: str, out_json: str | None) -> int:
     for entry in manifest["cases"]:
         name, dt = entry["case"], entry["dtype"]
         if entry.get("plan") is None:
-            results.append({"case": name, "dtype": dt, "ok": False, "max_rel_err": None, "restore_ms": None,
+            results.append({"case": name, "dtype": dt, "variant": entry.get("variant", "default"), "ok": False, "max_rel_err": None, "restore_ms": None,
                             "first_exec_ms": None, "dispatches": None,
                             "error": "compile failed: " + entry["compile_error"].splitlines()[0][:150]})
             failures += 1
@@ -269,15 +289,15 @@ def run_all(plans: str, device: str, out_json: str | None) -> int:
         except Exception as e:  # reported, not raised: the matrix should finish
             ok, errs, first, err_text = False, {}, float("nan"), f"{type(e).__name__}: {e}"[:300]
         failures += not ok
-        row = {"case": name, "dtype": dt, "ok": ok, "max_rel_err": max(errs.values()) if errs else None,
+        row = {"case": name, "dtype": dt, "variant": entry.get("variant", "default"), "ok": ok, "max_rel_err": max(errs.values()) if errs else None,
                "restore_ms": round(restore * 1e3, 2), "first_exec_ms": round(first * 1e3, 2),
                "dispatches": entry.get("dispatches"), "error": err_text}
         results.append(row)
         print(json.dumps(row), flush=True)
-    print(f"\n| case | dtype | ok | max rel err | restore ms | first exec ms | dispatches |\n|---|---|---|---|---|---|---|")
+    print(f"\n| case | dtype | variant | ok | max rel err | restore ms | first exec ms | dispatches |\n|---|---|---|---|---|---|---|---|")
     for row in results:
         err = "-" if row["max_rel_err"] is None else f"{row['max_rel_err']:.2e}"
-        print(f"| {row['case']} | {row['dtype']} | {'PASS' if row['ok'] else 'FAIL ' + row['error']} | {err} | "
+        print(f"| {row['case']} | {row['dtype']} | {row['variant']} | {'PASS' if row['ok'] else 'FAIL ' + row['error']} | {err} | "
               f"{row['restore_ms']} | {row['first_exec_ms']} | {row['dispatches']} |")
     if out_json:
         with open(out_json, "w") as f:
@@ -292,13 +312,14 @@ def main(argv=None) -> int:
     c.add_argument("--target", default="cuda:sm_80")
     c.add_argument("--out", default=".gpu_plans")
     c.add_argument("--only", nargs="*")
+    c.add_argument("--variants", action="store_true", help="also compile the conv cases in CONV_VARIANTS")
     r = sub.add_parser("run")
     r.add_argument("--plans", default=".gpu_plans")
     r.add_argument("--device", default="cuda")
     r.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     if args.cmd == "compile":
-        compile_all(args.target, args.out, args.only)
+        compile_all(args.target, args.out, args.only, args.variants)
         return 0
     return run_all(args.plans, args.device, args.json)
 

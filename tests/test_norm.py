@@ -380,11 +380,13 @@ def test_layernorm_golden_ir(cpu):
     m.set_output(True).set_uid(5).set_data_type(F)
     v.set_output(True).set_uid(6).set_data_type(F)
     filecheck(lowered_mlir(g, cpu), r"""
-// Pass 1 sums x - x[n, 0, 0] (the pivot read through a second map), then mean = pivot + sum / 24.
-// CHECK: %[[SUM:.+]] = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, 0, 0)>, affine_map<(d0, d1, d2) -> (d0)>], iterator_types = ["parallel", "reduction", "reduction"]} ins(%[[X:.+]], %[[X]] : tensor<4x3x8xf16>, tensor<4x3x8xf16>) outs({{.*}} : tensor<4xf32>)
+// Pass 0 materializes the pivot row x[n, 0, 0]; pass 1 sums x - pivot; mean = pivot + sum / 24.
+// CHECK: %[[PV:.+]] = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0, 0, 0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%[[X:.+]] : tensor<4x3x8xf16>) outs({{.*}} : tensor<4xf32>)
+// CHECK: arith.extf
+// CHECK: %[[SUM:.+]] = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0)>, affine_map<(d0, d1, d2) -> (d0)>], iterator_types = ["parallel", "reduction", "reduction"]} ins(%[[X]], %[[PV]] : tensor<4x3x8xf16>, tensor<4xf32>) outs({{.*}} : tensor<4xf32>)
 // CHECK: %[[SHIFTED:.+]] = arith.subf
 // CHECK: arith.addf {{.*}}, %[[SHIFTED]] : f32
-// CHECK: %[[MEAN:.+]] = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0, 0, 0)>, affine_map<(d0) -> (d0)>], {{.*}} ins(%[[SUM]], %[[X]] : tensor<4xf32>, tensor<4x3x8xf16>)
+// CHECK: %[[MEAN:.+]] = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], {{.*}} ins(%[[SUM]], %[[PV]] : tensor<4xf32>, tensor<4xf32>)
 // CHECK: arith.constant 24.0 : f32
 // CHECK: arith.divf
 // CHECK: arith.addf

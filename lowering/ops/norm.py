@@ -309,15 +309,20 @@ def _row_stats(em: Emitter, x: Value, acc: str, eps: float, centered: bool) -> t
         # NOTE: the first pass sums x - x[n, 0, ...] (shifted data): summing x itself
         # in f32 loses digits of the mean when |mean| >> std, and every later step
         # inherits that error. mean = pivot + shifted_sum / n.
-        s = reduce_rows(em, x, axes, acc, 0.0, lambda m, xv, st, a: m.add(a, m.sub(xv, st[0])), pivot=True)
+        # NOTE: the pivot row x[n, 0, ...] is materialized first (a tiny [N] pass) and fed to the
+        # reduction as a per-row operand. Reading x twice inside one reduction (once broadcast
+        # from its first element) gave NaN on an H200 in f32 with IREE 3.13's CUDA codegen.
         mm = _Math(em, acc)
         row = "affine_map<(d0) -> (d0)>"
         pivot_map = f"affine_map<(d0) -> (d0{', 0' * len(axes)})>"
+        pv = em.generic([(x, pivot_map)], (x.shape[0],), acc, ["parallel"], row,
+                        lambda args: em.cast(args[0], x.elem, acc))
+        s = reduce_rows(em, x, axes, acc, 0.0, lambda m, xv, st, a: m.add(a, m.sub(xv, st[0])), stats=[pv])
 
         def mean_body(args):
-            return mm.add(em.cast(args[1], x.elem, acc), mm.div(args[0], _fconst(em, n, acc)))
+            return mm.add(args[1], mm.div(args[0], _fconst(em, n, acc)))
 
-        mean = em.generic([(s, row), (x, pivot_map)], s.shape, acc, ["parallel"], row, mean_body)
+        mean = em.generic([(s, row), (pv, row)], s.shape, acc, ["parallel"], row, mean_body)
 
         def sq_dev(m, xv, st, a):
             dev = m.sub(xv, st[0])
