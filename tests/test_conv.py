@@ -267,21 +267,47 @@ def test_dgrad_golden(cpu):
 
 
 def test_wgrad_golden(cpu):
+    """Ungrouped: a forward conv_2d_nchw_fchw with batch and channels swapped (stride and dilation
+    exchanged) between transposes."""
+    g = hd.Graph(io_data_type=F)
+    dy = g.tensor(name="dY", uid=1, dim=[2, 6, 4, 4])
+    x = g.tensor(name="X", uid=2, dim=[2, 4, 8, 8])
+    g.conv_wgrad(dy, x, padding=[1, 2], stride=[2, 2], dilation=[1, 2]).set_dim([6, 4, 3, 3]).set_output(True).set_uid(3)
+    filecheck(lowered_mlir(g, cpu), r"""
+// CHECK: %[[XP:.+]] = tensor.pad %arg1 low[0, 0, 1, 2] high[0, 0, 0, 1]
+// CHECK: } : tensor<2x4x8x8xf32> to tensor<2x4x9x11xf32>
+// CHECK: %[[XT:.+]] = linalg.transpose ins(%[[XP]] : tensor<2x4x9x11xf32>) outs(%{{.+}} : tensor<4x2x9x11xf32>) permutation = [1, 0, 2, 3]
+// CHECK: %[[DYT:.+]] = linalg.transpose ins(%arg0 : tensor<2x6x4x4xf32>) outs(%{{.+}} : tensor<6x2x4x4xf32>) permutation = [1, 0, 2, 3]
+// CHECK: %[[ACC:.+]] = linalg.fill {{.*}} -> tensor<4x6x3x3xf32>
+// CHECK: %[[DW:.+]] = linalg.conv_2d_nchw_fchw {dilations = dense<[2, 2]> : tensor<2xi64>, strides = dense<[1, 2]> : tensor<2xi64>} ins(%[[XT]], %[[DYT]] : tensor<4x2x9x11xf32>, tensor<6x2x4x4xf32>) outs(%[[ACC]] : tensor<4x6x3x3xf32>)
+// CHECK: %[[OUT:.+]] = linalg.transpose ins(%[[DW]] : tensor<4x6x3x3xf32>) outs(%{{.+}} : tensor<6x4x3x3xf32>) permutation = [1, 0, 2, 3]
+// CHECK: return %[[OUT]] : tensor<6x4x3x3xf32>
+""")
+
+
+def test_wgrad_golden_grouped_1d(cpu):
+    """Grouped 1-D (no named grouped op): x regrouped to [Cg, G*N, *], dy to [G, Kg, N, *], the
+    grouped conv generic, then back to [K, Cg, *R]."""
     g = hd.Graph(io_data_type=H, compute_data_type=F)
     dy = g.tensor(name="dY", uid=1, dim=[2, 6, 4])
     x = g.tensor(name="X", uid=2, dim=[2, 4, 10])
     g.conv_wgrad(dy, x, padding=[1], stride=[2], dilation=[2]).set_dim([6, 2, 3]).set_output(True).set_uid(3)
     filecheck(lowered_mlir(g, cpu), r"""
 // CHECK: %[[XP:.+]] = tensor.pad %arg1 low[0, 0, 1] high[0, 0, 0]
-// CHECK: %[[DYG:.+]] = tensor.expand_shape %arg0 {{\[}}[0], [1, 2], [3]] output_shape [2, 2, 3, 4]
-// CHECK: %[[XG:.+]] = tensor.expand_shape %[[XP]] {{\[}}[0], [1, 2], [3]] output_shape [2, 2, 2, 11]
-// CHECK: %[[ACC:.+]] = linalg.fill {{.*}} -> tensor<2x3x2x3xf32>
-// CHECK: %[[DW:.+]] = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3, d4, d5) -> (d4, d0, d1, d5)>, affine_map<(d0, d1, d2, d3, d4, d5) -> (d4, d0, d2, d5 * 2 + d3 * 2)>, affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction"]} ins(%[[DYG]], %[[XG]] : tensor<2x2x3x4xf16>, tensor<2x2x2x11xf16>) outs(%[[ACC]] : tensor<2x3x2x3xf32>)
+// CHECK: %[[XS:.+]] = tensor.expand_shape %[[XP]] {{\[}}[0], [1, 2], [3]] output_shape [2, 2, 2, 11]
+// CHECK: %[[XT:.+]] = linalg.transpose ins(%[[XS]] : tensor<2x2x2x11xf16>) {{.*}} permutation = [2, 1, 0, 3]
+// CHECK: %[[XC:.+]] = tensor.collapse_shape %[[XT]] {{\[}}[0], [1, 2], [3]] : tensor<2x2x2x11xf16> into tensor<2x4x11xf16>
+// CHECK: %[[DYT:.+]] = linalg.transpose ins(%arg0 : tensor<2x6x4xf16>) {{.*}} permutation = [1, 0, 2]
+// CHECK: %[[DYG:.+]] = tensor.expand_shape %[[DYT]] {{\[}}[0, 1], [2], [3]] output_shape [2, 3, 2, 4]
+// CHECK: %[[XG:.+]] = tensor.expand_shape %[[XC]] {{\[}}[0], [1, 2], [3]] output_shape [2, 2, 2, 11]
+// CHECK: %[[ACC:.+]] = linalg.fill {{.*}} -> tensor<2x2x3x3xf32>
+// CHECK: %[[DW:.+]] = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d4, d3 * 2 + d5 * 2)>, affine_map<(d0, d1, d2, d3, d4, d5) -> (d1, d2, d4, d5)>, affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction"]} ins(%[[XG]], %[[DYG]] : tensor<2x2x2x11xf16>, tensor<2x3x2x4xf16>) outs(%[[ACC]] : tensor<2x2x3x3xf32>)
 // CHECK: arith.extf {{.*}} : f16 to f32
 // CHECK: arith.extf {{.*}} : f16 to f32
 // CHECK: arith.mulf
 // CHECK: arith.addf
-// CHECK: tensor.collapse_shape %[[DW]] {{\[}}[0, 1], [2], [3]] : tensor<2x3x2x3xf32> into tensor<6x2x3xf32>
+// CHECK: %[[DWC:.+]] = tensor.collapse_shape %[[DW]] {{\[}}[0], [1, 2], [3]] : tensor<2x2x3x3xf32> into tensor<2x6x3xf32>
+// CHECK: linalg.transpose ins(%[[DWC]] : tensor<2x6x3xf32>) {{.*}} permutation = [1, 0, 2]
 // CHECK: arith.truncf {{.*}} : f32 to f16
 """)
 
@@ -307,6 +333,25 @@ def test_gpu_compile_only(op, target, fmt):
     g.build(hd.create_handle(device=None, target=target))
     assert fmt in g.serialize_compiled_plan()
 
+
+
+# A realistic weight gradient (ResNet-like 3x3 layer): large reductions over N and the output
+# positions, which a single generic contracting over them did not compile for on GPU targets.
+WGRAD_REALISTIC = {
+    "plain": ([4, 32, 28, 28], [64, 32, 3, 3], dict(padding=[1, 1])),
+    "grouped-strided": ([4, 32, 28, 28], [64, 16, 3, 3], dict(padding=[1, 1], stride=[2, 2])),
+}
+
+
+@pytest.mark.parametrize("case", list(WGRAD_REALISTIC))
+@pytest.mark.parametrize("target,fmt", [("cuda:sm_80", b"cuda-nvptx-fb"), ("rocm:gfx942", b"rocm-hsaco-fb")],
+                         ids=["cuda:sm_80", "rocm:gfx942"])
+def test_wgrad_gpu_compile_realistic(case, target, fmt):
+    x_dims, w_dims, kw = WGRAD_REALISTIC[case]
+    build, _, _ = _build_conv("wgrad", x_dims, w_dims, kw, H, "nchw")
+    g, _ = build()
+    g.build(hd.create_handle(device=None, target=target))
+    assert fmt in g.serialize_compiled_plan()
 
 # ---------------------------------------------------------------------------
 # Validation

@@ -13,8 +13,12 @@ values: x ``[N, C, *S]``, w ``[K, C/G, *R]``, y ``[N, K, *O]`` with ``G`` groups
   dy is scattered with stride ``stride`` into a zero tensor
   (``tensor.insert_slice`` with strides), placed so that a correlation with the
   spatially flipped, in/out-channel swapped filter (dilation kept) yields dx.
-- wgrad: one ``linalg.generic`` contracting over N and the output positions:
-  ``dw[k, c, r] = sum dy[n, k, o] * x_pad[n, g*Cg + c, o*stride + r*dilation]``.
+- wgrad: ``dw[k, c, r] = sum dy[n, k, o] * x_pad[n, g*Cg + c, o*stride + r*dilation]`` is a
+  forward convolution with batch and channels swapped: x_pad (cropped as for fprop) as
+  ``[Cg, (G,) N, *S]`` correlated with dy as the filter ``[(G,) Kg, N, *O]``, stride and dilation
+  exchanged, giving ``[Cg, K, *R]``, transposed to ``[K, Cg, *R]``; through ``_conv``, so the same
+  named (grouped) ops as fprop. NOTE: a single generic reducing over N and the output positions
+  fails GPU codegen at realistic sizes ("failed to pack reduction dimensions for partial reduction").
 
 Products accumulate in the compute type (f32 unless set) and the result is
 rounded once to the output's type.
@@ -374,27 +378,19 @@ def lower_conv_wgrad(ctx: LowerContext, node: NodeDesc) -> None:
     rank, out_sp, kern = p.rank, dy.shape[2:], dw_dims[2:]
     extent = [(o - 1) * s + (k - 1) * d + 1 for o, k, s, d in zip(out_sp, kern, p.stride, p.dilation)]
     xp = _place(em, x, p.pre, [1] * rank, extent)
-    k, cg = dw_dims[0], dw_dims[1]
-    # loops: [g,] k, c, r... (parallel), n, o... (reduction)
-    ng = 1 if groups > 1 else 0
-    d = [f"d{i}" for i in range(ng + 2 + 2 * rank + 1)]
-    g = d[0] if ng else None
-    kk, c, r, nn, o = d[ng], d[ng + 1], d[ng + 2:ng + 2 + rank], d[ng + 2 + rank], d[ng + 3 + rank:]
-    dom = f"({', '.join(d)})"
-    gsel = [g] if ng else []
-    win = [_window(o[i], r[i], p.stride[i], p.dilation[i]) for i in range(rank)]
-    if ng:
-        dy_in, x_in = _split(em, dy, 1, (groups, k // groups)), _split(em, xp, 1, (groups, cg))
-        out_shape = (groups, k // groups, cg, *kern)
+    # NOTE: dw[k, c, r] = sum_{n, o} dy[n, k, o] * xp[n, c, o*stride + r*dilation] is a forward
+    # correlation with batch and channels swapped: "batch" c, "input channels" n, "filter" dy
+    # ([K, N, *O]), window position r, stride = dilation, dilation = stride; the window extent
+    # (R-1)*dilation + (O-1)*stride + 1 is the same. A named conv op, unlike one generic reducing
+    # over n and o, compiles for GPU targets at realistic sizes.
+    sp = list(range(2, 2 + rank))
+    if groups == 1:
+        xs = em.transpose(xp, [1, 0, *sp])                                  # [C, N, *ext]
+        filt = em.transpose(dy, [1, 0, *sp])                                # [K, N, *O]
     else:
-        dy_in, x_in, out_shape = dy, xp, (k, cg, *kern)
-    dymap = f"affine_map<{dom} -> ({', '.join([nn, *gsel, kk, *o])})>"
-    xmap = f"affine_map<{dom} -> ({', '.join([nn, *gsel, c, *win])})>"
-    omap = f"affine_map<{dom} -> ({', '.join([*gsel, kk, c, *r])})>"
-    init = em.filled(out_shape, acc, 0.0)
-    res = em.generic([(dy_in, dymap), (x_in, xmap)], out_shape, acc,
-                     ["parallel"] * (ng + 2 + rank) + ["reduction"] * (1 + rank), omap,
-                     _mac(em, [dy_in, x_in], acc), init=init)
-    if ng:
-        res = _merge(em, res, 0)
-    ctx.define(at.w_uid, res)
+        cg = dw_dims[1]
+        xg = em.transpose(_split(em, xp, 1, (groups, cg)), [2, 1, 0, *[a + 1 for a in sp]])  # [Cg, G, N, *ext]
+        xs = _merge(em, xg, 1)                                              # [Cg, G*N, *ext]
+        filt = _split(em, em.transpose(dy, [1, 0, *sp]), 0, (groups, dw_dims[0] // groups))  # [G, Kg, N, *O]
+    res = _conv(em, xs, filt, groups, p.dilation, p.stride, kern, acc)      # [Cg, K, *R]
+    ctx.define(at.w_uid, em.transpose(res, [1, 0, *sp]))
