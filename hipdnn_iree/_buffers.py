@@ -126,18 +126,7 @@ def dense_view(t: BoundTensor, arr: np.ndarray) -> np.ndarray:
 
 def bind_variant_pack(tensors: list[BoundTensor], variant_pack) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
     """Checks ``variant_pack`` against ``tensors``; returns (inputs, outputs) as dense views."""
-    if variant_pack is None:
-        raise HipdnnError(Status.BAD_PARAM_NULL_POINTER, "variant_pack is None: pass a dict {uid: buffer}")
-    if not isinstance(variant_pack, dict):
-        raise HipdnnError(Status.BAD_PARAM, f"variant_pack must be a dict {{uid: buffer}}, got {type(variant_pack).__name__}")
-    known = {t.uid: t for t in tensors}
-    missing = sorted(u for u in known if u not in variant_pack)
-    if missing:
-        raise HipdnnError(Status.BAD_PARAM, "variant pack is missing uid(s) " + ", ".join(
-            f"{u} ('{known[u].name}')" for u in missing) + f"; the plan binds uids {sorted(known)}")
-    extra = sorted(u for u in variant_pack if u not in known)
-    if extra:
-        raise HipdnnError(Status.BAD_PARAM, f"variant pack has unknown uid(s) {extra}; the plan binds uids {sorted(known)}")
+    _check_pack_keys(tensors, variant_pack)
     ins, outs = {}, {}
     for t in tensors:
         arr = _as_array(t.uid, t, variant_pack[t.uid])

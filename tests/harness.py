@@ -16,6 +16,17 @@ from tolerances import tolerance
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def raises(status, fn, *args, match=None):
+    """Calls ``fn(*args)``; asserts it raises hd.HipdnnError with ``status`` (and ``match`` in the message)."""
+    import pytest
+    with pytest.raises(hd.HipdnnError) as ei:
+        fn(*args)
+    assert ei.value.status == status, str(ei.value)
+    if match:
+        assert match in str(ei.value), str(ei.value)
+    return ei.value
+
+
 def random_array(shape, data_type=hd.DataType.FLOAT, rng=None, low=-1.0, high=1.0, strides=None):
     """Fresh random data (never all zeros/ones) with optional element strides (a strided view)."""
     rng = rng if rng is not None else np.random.default_rng()

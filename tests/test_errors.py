@@ -3,19 +3,12 @@ import numpy as np
 import pytest
 
 import hipdnn_iree as hd
-from harness import random_array
+from harness import raises, random_array
 
 S = hd.Status
 F = hd.DataType.FLOAT
 
 
-def raises(status, fn, match=None):
-    with pytest.raises(hd.HipdnnError) as ei:
-        fn()
-    assert ei.value.status == status, str(ei.value)
-    if match:
-        assert match in str(ei.value), str(ei.value)
-    return ei.value
 
 
 @pytest.fixture(scope="module")

@@ -11,19 +11,12 @@ import pytest
 import hipdnn_iree as hd
 from hipdnn_iree import _envelope, backend
 from hipdnn_iree.plugins.iree_linalg import IreeLinalgPlugin
-from harness import random_array, run_python
+from harness import raises, random_array, run_python
 
 S = hd.Status
 A = backend.Attribute
 
 
-def raises(status, fn, match=None):
-    with pytest.raises(hd.HipdnnError) as ei:
-        fn()
-    assert ei.value.status == status, str(ei.value)
-    if match:
-        assert match in str(ei.value), str(ei.value)
-    return ei.value
 
 
 def build_mm(handle):

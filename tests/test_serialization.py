@@ -11,7 +11,7 @@ from hipdnn_iree._fbs import execution_plan_generated as E
 from hipdnn_iree.plugins import _fusplan
 from hipdnn_iree.plugins.iree_linalg import ENGINE_ID as IREE_ID, IreeLinalgPlugin
 from hipdnn_iree.plugins.numpy_reference import ENGINE_ID as REF_ID, NumpyReferencePlugin
-from harness import random_array
+from harness import raises, random_array
 
 S = hd.Status
 
@@ -31,13 +31,6 @@ def plan_bytes():
     return g.serialize_compiled_plan()
 
 
-def raises(status, fn, *args, match=None):
-    with pytest.raises(hd.HipdnnError) as ei:
-        fn(*args)
-    assert ei.value.status == status, str(ei.value)
-    if match:
-        assert match in str(ei.value), str(ei.value)
-    return ei.value
 
 
 def envelope(version=1, engine_id=IREE_ID, workspace=0, uids=(1, 2, 3), payload=b"x", omit=()):
