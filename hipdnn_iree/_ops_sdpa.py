@@ -37,8 +37,9 @@ class SdpaOps:
             mask: optional tensor broadcastable (right-aligned) to ``[B, Hq, Sq, Skv]``. A BOOLEAN
                 mask keeps the scores where it is true (PyTorch's boolean ``attn_mask``); a float
                 mask is added to the scaled scores. A query whose keys are all masked gets 0.
-            compute_data_type: type the whole computation runs in (FLOAT when unset); the result
-                is rounded once to o's type.
+            compute_data_type: accumulation type (FLOAT when unset); the result is rounded once
+                to o's type. On GPU targets the fused attention op additionally rounds the scaled
+                q and the softmax weights to the input type before its f32 products.
             name: node name.
 
         Returns:

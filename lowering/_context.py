@@ -9,9 +9,10 @@ from lowering.graph_ir import GraphDesc, LoweringError, NodeDesc, TensorDesc
 
 
 class LowerContext:
-    def __init__(self, graph: GraphDesc, emitter: Emitter):
+    def __init__(self, graph: GraphDesc, emitter: Emitter, target: str = "llvm-cpu:host"):
         self.graph = graph
         self.em = emitter
+        self.target = target   # "backend:arch"; lowerings may pick target-specific forms
         self.values: dict[int, Value] = {}
 
     def tensor(self, uid: int) -> TensorDesc:

@@ -50,7 +50,7 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True) -> Lowered:
     produced = graph.output_uids()
     bound = graph.bound_tensors()
     em = Emitter()
-    ctx = LowerContext(graph, em)
+    ctx = LowerContext(graph, em, target)
     args, abi_tensors, outputs = [], [], []
     for i, t in enumerate(bound):
         what = f"tensor '{t.name}' (uid {t.uid})"

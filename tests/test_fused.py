@@ -70,7 +70,7 @@ FUSED = [
     (conv_bias_relu, 2),
     (matmul_bias_gelu, 1),
     (layernorm_matmul, 3),
-    (sdpa_causal, 2),
+    (sdpa_causal, 4),   # CPU: the composition (GPU targets: the fused op, 2 dispatches)
     (conv_fprop_dgrad_wgrad, 6),
 ]
 

@@ -1,7 +1,12 @@
 """Scaled dot-product attention: numerics against the numpy reference (shapes, scale,
 causal, boolean and additive masks, grouped-query attention, strided layouts, dtypes),
 the reference against PyTorch and hand-derived cases, golden linalg IR, GPU compiles
-and validation errors."""
+and validation errors.
+
+Two lowerings (lowering/ops/sdpa.py): the fused ``iree_linalg_ext.attention`` path and the
+``linalg.generic`` composition it falls back to. CASES cover both (COMPOSITION_CASES names those
+that fall back); further tests pin the choice, the fused path's fully-masked-row fix-up, its
+agreement with the composition and the IR of each path."""
 import math
 
 import numpy as np
@@ -10,9 +15,34 @@ import pytest
 import hipdnn_iree as hd
 from harness import compare_engines, filecheck, lowered_mlir, random_array
 from hipdnn_iree.plugins._reference_sdpa import sdpa as ref_sdpa
+from lowering.ops import sdpa as sdpa_lowering
 
 F, H, BF, BOOL = hd.DataType.FLOAT, hd.DataType.HALF, hd.DataType.BFLOAT16, hd.DataType.BOOLEAN
 Q, K, V, O, M = 1, 2, 3, 4, 5
+FUSED_OP = "iree_linalg_ext.attention"
+
+
+@pytest.fixture(autouse=True)
+def _fused_path_on_cpu(monkeypatch):
+    """These tests run the fused attention path on the CPU too (off by default there: slower)."""
+    monkeypatch.setenv(sdpa_lowering.FUSED_ON_CPU_ENV, "1")
+
+
+def test_cpu_defaults_to_the_composition_and_gpus_to_the_fused_op(monkeypatch):
+    monkeypatch.delenv(sdpa_lowering.FUSED_ON_CPU_ENV)
+    from lowering import lower
+    g = hd.Graph(io_data_type=H, compute_data_type=F)
+    q, k, v = (g.tensor(uid=u, dim=[1, 2, 16, 8]) for u in (1, 2, 3))
+    g.sdpa(q, k, v, is_causal=True).set_output(True).set_uid(4)
+    g.build_operation_graph(hd.create_handle(device=None, target="cuda:sm_80"))
+    data = g.get_op_graph_bytes()
+    assert FUSED_OP not in lower(data, target="llvm-cpu:host").mlir
+    for target in ("cuda:sm_80", "rocm:gfx942"):
+        assert FUSED_OP in lower(data, target=target).mlir
+
+
+def _takes_fused_path(g, handle) -> bool:
+    return FUSED_OP in lowered_mlir(g, handle)
 
 
 def _bshd(dims):
@@ -73,10 +103,16 @@ CASES = [
 ]
 
 
+# CASES that take the composition: float masks of f32 io (f32 masks fall back, see fused_path_blocker).
+COMPOSITION_CASES = {"add-mask-11", "gqa-add-mask-b1", "gqa-add-mask-rank2"}
+
+
 @pytest.mark.parametrize("qd,kd,vd,kw", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_sdpa_numerics(cpu, rng, qd, kd, vd, kw):
+def test_sdpa_numerics(cpu, rng, request, qd, kd, vd, kw):
     data = {k: v for k, v in kw.items() if k in ("mask_dims", "mask_type", "layout")}
-    compare_engines(_graph(qd, kd, vd, **kw), _inputs(rng, qd, kd, vd, **data), cpu)
+    _, _, g = compare_engines(_graph(qd, kd, vd, **kw), _inputs(rng, qd, kd, vd, **data), cpu)
+    fused = FUSED_OP in g.get_execution_plan().context.mlir
+    assert fused == (request.node.callspec.id not in COMPOSITION_CASES)
 
 
 @pytest.mark.parametrize("dt", [F, H, BF], ids=lambda d: d.name)
@@ -111,6 +147,134 @@ def test_sdpa_fully_masked_row_is_zero(cpu, rng):
     got, want, _ = compare_engines(_graph(qd, kd, vd, mask_dims=md, mask_type=BOOL), ins, cpu)
     np.testing.assert_array_equal(got[O][0, 1, 2], 0.0)
     np.testing.assert_array_equal(want[O][0, 1, 2], 0.0)
+
+
+# -- the fused path: which graphs take it, its fully-masked-row fix-up, agreement with the composition
+
+PATHS = [
+    # (what, io type, mask type (None: no mask), compute type, causal, takes the fused path)
+    ("f16-causal", H, None, F, True, True),
+    ("f32-plain", F, None, F, False, True),
+    ("bf16-bool-mask-causal", BF, BOOL, F, True, True),
+    ("f32-bool-mask", F, BOOL, F, False, True),
+    ("f16-f16-mask-causal", H, H, F, True, True),
+    ("f16-f32-mask", H, F, F, False, False),
+    ("f32-f32-mask-causal", F, F, F, True, False),
+    ("bf16-bf16-mask", BF, BF, F, False, False),
+    ("f16-half-compute", H, None, H, True, False),
+]
+
+
+@pytest.mark.parametrize("dt,mt,compute,causal,fused", [p[1:] for p in PATHS], ids=[p[0] for p in PATHS])
+def test_sdpa_path_choice(cpu, dt, mt, compute, causal, fused):
+    md = [1, 2, 5, 7] if mt is not None else None
+    g, _ = _graph([1, 2, 5, 8], [1, 2, 7, 8], [1, 2, 7, 4], dt=dt, mask_dims=md, mask_type=mt, causal=causal,
+                  compute=compute)()
+    assert _takes_fused_path(g, cpu) == fused
+
+
+def test_sdpa_fused_path_blocker_reasons():
+    blocker = sdpa_lowering.fused_path_blocker
+    assert blocker("f16", "f16", "f16", None, "f32") is None
+    assert blocker("bf16", "bf16", "bf16", "i1", "f32") is None
+    assert blocker("f32", "f32", "f32", "f16", "f32") is None
+    assert "compute type f16" in blocker("f16", "f16", "f16", None, "f16")
+    assert "f16/f32/f32" in blocker("f16", "f32", "f32", None, "f32")
+    assert "f64/f64/f64" in blocker("f64", "f64", "f64", None, "f32")
+    for mt in ("f32", "bf16", "f64"):
+        assert f"float mask of type {mt}" in blocker("f16", "f16", "f16", mt, "f32")
+
+
+def _f16_rows_of_inf(rng):
+    m = rng.uniform(-2.0, 2.0, (1, 2, 6, 7)).astype(np.float16)
+    m[0, 1, 3, :] = -np.inf   # query 3 of head 1 sees no key
+    m[0, 0, 2, :5] = -np.inf  # query 2 of head 0 sees keys 5 and 6 only
+    return m
+
+
+def _bool_past_dropped(rng):
+    m = rng.random((1, 2, 6, 7)) > 0.5
+    m[:, :, :3, :3] = False   # with causal, queries 0..2 (which see keys <= themselves) keep no key
+    return m
+
+
+def _bool_key_broadcast(rng):
+    m = np.ones((1, 2, 6, 1), bool)
+    m[0, 1, 4, 0] = False     # one query of head 1 drops every key
+    return m
+
+
+def _bool_all_false(rng):
+    return np.zeros((1, 1, 1, 1), bool)
+
+
+def _bool_gqa_heads(rng):
+    m = rng.random((4, 6, 7)) > 0.6
+    m[1, 2, :] = False
+    return m
+
+
+FULLY_MASKED = [
+    # (what, q dims, k dims, io type, causal, mask maker)
+    ("f16-mask-inf-rows", [1, 2, 6, 8], [1, 2, 7, 8], H, False, _f16_rows_of_inf),
+    ("f16-mask-inf-rows-causal", [1, 2, 6, 8], [1, 2, 7, 8], H, True, _f16_rows_of_inf),
+    ("bool-and-causal", [1, 2, 6, 8], [1, 2, 7, 8], F, True, _bool_past_dropped),
+    ("bool-key-broadcast", [1, 2, 6, 8], [1, 2, 7, 8], F, False, _bool_key_broadcast),
+    ("bool-all-false", [1, 2, 6, 8], [1, 2, 7, 8], H, True, _bool_all_false),
+    ("gqa-bool-rank3", [2, 4, 6, 8], [2, 2, 7, 8], F, False, _bool_gqa_heads),
+]
+
+
+@pytest.mark.parametrize("qd,kd,dt,causal,make_mask", [c[1:] for c in FULLY_MASKED], ids=[c[0] for c in FULLY_MASKED])
+def test_sdpa_fused_zeroes_fully_masked_rows(cpu, rng, qd, kd, dt, causal, make_mask):
+    # The fused op gives NaN for a query that keeps no key; the fix-up must give 0 exactly there.
+    vd = kd[:3] + [4]
+    mask = make_mask(rng)
+    ins = _inputs(rng, qd, kd, vd, dt=dt)
+    ins[M] = mask
+    build = _graph(qd, kd, vd, dt=dt, mask_dims=list(mask.shape), mask_type=BOOL if mask.dtype == np.bool_ else H,
+                   causal=causal)
+    got, want, g = compare_engines(build, ins, cpu)
+    assert FUSED_OP in g.get_execution_plan().context.mlir
+    keep = np.broadcast_to(mask if mask.dtype == np.bool_ else mask != -np.inf, qd[:3] + [kd[2]])
+    if causal:
+        keep = keep & np.tril(np.ones((qd[2], kd[2]), bool))
+    empty = ~keep.any(axis=-1)
+    assert empty.any()
+    np.testing.assert_array_equal(got[O][empty], 0.0)
+    assert np.isfinite(got[O]).all()
+
+
+def test_sdpa_f32_mask_of_float32_min_falls_back(cpu, rng):
+    # torch.finfo(float32).min as the "masked" filler of an f32 mask: a query whose keys all carry it
+    # gets the softmax of equal logits, the mean of v's rows. In the fused op the mask is scaled by
+    # log2(e) and overflows to -inf, so f32 masks take the composition.
+    qd, kd, vd, md = [1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 4], [1, 2, 4, 6]
+    ins = _inputs(rng, qd, kd, vd)
+    mask = np.zeros(md, np.float32)
+    mask[0, 1, 2, :] = np.finfo(np.float32).min
+    mask[0, 0, 1, 3:] = np.finfo(np.float32).min
+    ins[M] = mask
+    got, _, g = compare_engines(_graph(qd, kd, vd, mask_dims=md, mask_type=F), ins, cpu)
+    assert FUSED_OP not in g.get_execution_plan().context.mlir
+    np.testing.assert_allclose(got[O][0, 1, 2], ins[V][0, 1].astype(np.float64).mean(axis=0), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dt", [H, BF], ids=lambda d: d.name)
+def test_sdpa_fused_matches_composition(rng, monkeypatch, dt):
+    # Same inputs through both lowerings. The fused op rounds q * scale * log2(e) and the softmax weights
+    # to the io type (accumulating in f32), so the two differ by an ulp or so of it.
+    qd, kd, vd, md = [2, 4, 33, 64], [2, 2, 40, 64], [2, 2, 40, 32], [2, 4, 33, 40]
+    build = _graph(qd, kd, vd, dt=dt, mask_dims=md, mask_type=BOOL, causal=True)
+    ins = _inputs(rng, qd, kd, vd, dt=dt, mask_dims=md, mask_type=BOOL)
+    handle = hd.create_handle(cache=False)  # NOTE: the compile cache keys on the graph, not on the lowering
+    fused, _, g = compare_engines(build, ins, handle)
+    assert FUSED_OP in g.get_execution_plan().context.mlir
+    monkeypatch.setattr(sdpa_lowering, "fused_path_blocker", lambda *a: "forced by the test")
+    comp, _, g = compare_engines(build, ins, handle)
+    assert FUSED_OP not in g.get_execution_plan().context.mlir
+    eps = float(np.finfo(np.float16).eps) if dt == H else 2.0 ** -7
+    np.testing.assert_allclose(fused[O].astype(np.float64), comp[O].astype(np.float64), rtol=0, atol=2 * eps)
 
 
 # -- hand-derived cases (no torch): through both engines and against the closed form -------------
@@ -191,19 +355,82 @@ def test_reference_fully_masked_row_matches_torch(rng):
 
 # -- golden IR ------------------------------------------------------------------------------------
 
-def test_sdpa_golden_ir(cpu):
+def test_sdpa_golden_ir_fused_causal(cpu):
+    # Fused path: an i1 [Sq, Skv] causal mask built from linalg.index, then one attention op that
+    # writes o's type (f16) directly; no fix-up without a user mask.
+    g, _ = _graph([2, 2, 5, 8], [2, 2, 7, 8], [2, 2, 7, 4], dt=H, causal=True)()
+    filecheck(lowered_mlir(g, cpu), r"""
+// CHECK: func.func @main(%[[Q:.+]]: tensor<2x2x5x8xf16>, %[[K:.+]]: tensor<2x2x7x8xf16>, %[[V:.+]]: tensor<2x2x7x4xf16>, %{{.+}}: tensor<2x2x5x4xf16> {iree.abi.output = 0 : index})
+// CHECK-NOT: math.exp
+// CHECK: %[[CM:.+]] = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%{{.+}} : tensor<5x7xi1>)
+// CHECK: %[[I:.+]] = linalg.index 0 : index
+// CHECK: %[[J:.+]] = linalg.index 1 : index
+// CHECK: %[[KEEP:.+]] = arith.cmpi ule, %[[J]], %[[I]] : index
+// CHECK: linalg.yield %[[KEEP]] : i1
+// CHECK: %[[SCALE:.+]] = arith.constant 0.35355339059327373 : f32
+// CHECK: %[[ATT:.+]] = iree_linalg_ext.attention <indexing_maps = [affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d4, d3)>, affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d4, d5)>, affine_map<(d0, d1, d2, d3, d4, d5) -> ()>, affine_map<(d0, d1, d2, d3, d4, d5) -> (d2, d4)>, affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d5)>]> ins(%[[Q]], %[[K]], %[[V]], %[[SCALE]], %[[CM]] : tensor<2x2x5x8xf16>, tensor<2x2x7x8xf16>, tensor<2x2x7x4xf16>, f32, tensor<5x7xi1>) outs(%{{.+}} : tensor<2x2x5x4xf16>) {
+// CHECK-NEXT: ^bb0(%[[S:.+]]: f32):
+// CHECK-NEXT: iree_linalg_ext.yield %[[S]] : f32
+// CHECK-NEXT: } -> tensor<2x2x5x4xf16>
+// CHECK-NEXT: return %[[ATT]] : tensor<2x2x5x4xf16>
+""")
+
+
+def test_sdpa_golden_ir_fused_mask_fixup(cpu):
+    # Fused path with an f16 additive mask and causal: the mask (collapsed to [Sq, Skv]) gets -inf on
+    # future keys, feeds the attention op, and a query whose row of it is all -inf gets 0.
     g, _ = _graph([2, 2, 5, 8], [2, 2, 7, 8], [2, 2, 7, 4], dt=H, mask_dims=[1, 1, 5, 7], causal=True)()
     filecheck(lowered_mlir(g, cpu), r"""
 // CHECK: func.func @main(%[[Q:.+]]: tensor<2x2x5x8xf16>, %[[K:.+]]: tensor<2x2x7x8xf16>, %[[V:.+]]: tensor<2x2x7x4xf16>, %{{.+}}: tensor<2x2x5x4xf16> {iree.abi.output = 0 : index}, %[[M:.+]]: tensor<1x1x5x7xf16>)
+// CHECK: %[[M2:.+]] = tensor.collapse_shape %[[M]] {{\[\[}}0, 1, 2], [3]] : tensor<1x1x5x7xf16> into tensor<5x7xf16>
+// CHECK: %[[CM:.+]] = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%[[M2]] : tensor<5x7xf16>) outs(%{{.+}} : tensor<5x7xf16>)
+// CHECK: ^bb0(%[[MV:.+]]: f16, %{{.+}}: f16):
+// CHECK: %[[I:.+]] = linalg.index 0 : index
+// CHECK: %[[J:.+]] = linalg.index 1 : index
+// CHECK: %[[KEEP:.+]] = arith.cmpi ule, %[[J]], %[[I]] : index
+// CHECK: %[[NINF:.+]] = arith.constant 0xFC00 : f16
+// CHECK: arith.select %[[KEEP]], %[[MV]], %[[NINF]] : f16
+// CHECK: %[[SCALE:.+]] = arith.constant 0.35355339059327373 : f32
+// CHECK: %[[ATT:.+]] = iree_linalg_ext.attention <indexing_maps = [{{.*}}, affine_map<(d0, d1, d2, d3, d4, d5) -> ()>, affine_map<(d0, d1, d2, d3, d4, d5) -> (d2, d4)>, affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d5)>]> ins(%[[Q]], %[[K]], %[[V]], %[[SCALE]], %[[CM]] : {{.*}}, f32, tensor<5x7xf16>) outs(%{{.+}} : tensor<2x2x5x4xf16>)
+// CHECK: %[[ANY:.+]] = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%[[CM]] : tensor<5x7xf16>) outs(%{{.+}} : tensor<5xi1>)
+// CHECK: arith.cmpf une, %{{.+}}, %{{.+}} : f16
+// CHECK: arith.ori
+// CHECK: %[[OUT:.+]] = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d2)>, {{.*}}} ins(%[[ATT]], %[[ANY]] : tensor<2x2x5x4xf16>, tensor<5xi1>)
+// CHECK: arith.select
+// CHECK: return %[[OUT]]
+""")
+
+
+def test_sdpa_gqa_golden_ir_fused(cpu):
+    # GQA on the fused path: q and the boolean mask split the head axis into [Hk, G]; k and v are
+    # indexed by Hk only; the fix-up ORs the mask over the keys; o's heads are merged back.
+    g, _ = _graph([2, 4, 5, 8], [2, 2, 7, 8], [2, 2, 7, 4], mask_dims=[2, 4, 5, 7], mask_type=BOOL)()
+    filecheck(lowered_mlir(g, cpu), r"""
+// CHECK: %[[Q5:.+]] = tensor.expand_shape %arg0 {{\[\[}}0], [1, 2], [3], [4]] output_shape [2, 2, 2, 5, 8] : tensor<2x4x5x8xf32> into tensor<2x2x2x5x8xf32>
+// CHECK: %[[M5:.+]] = tensor.expand_shape %arg4 {{\[\[}}0], [1, 2], [3], [4]] output_shape [2, 2, 2, 5, 7] : tensor<2x4x5x7xi1> into tensor<2x2x2x5x7xi1>
+// CHECK: %[[ATT:.+]] = iree_linalg_ext.attention <indexing_maps = [affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d1, d2, d3, d4)>, affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d1, d5, d4)>, affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d1, d5, d6)>, affine_map<(d0, d1, d2, d3, d4, d5, d6) -> ()>, affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d1, d2, d3, d5)>, affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d1, d2, d3, d6)>]> ins(%[[Q5]], %arg1, %arg2, %{{.+}}, %[[M5]] : tensor<2x2x2x5x8xf32>, tensor<2x2x7x8xf32>, tensor<2x2x7x4xf32>, f32, tensor<2x2x2x5x7xi1>) outs(%{{.+}} : tensor<2x2x2x5x4xf32>)
+// CHECK: %[[ANY:.+]] = linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]} ins(%[[M5]] : tensor<2x2x2x5x7xi1>) outs(%{{.+}} : tensor<2x2x2x5xi1>)
+// CHECK: arith.ori
+// CHECK: %[[OUT:.+]] = linalg.generic {{.*}} ins(%[[ATT]], %[[ANY]] : tensor<2x2x2x5x4xf32>, tensor<2x2x2x5xi1>)
+// CHECK: %[[O4:.+]] = tensor.collapse_shape %[[OUT]] {{\[\[}}0], [1, 2], [3], [4]] : tensor<2x2x2x5x4xf32> into tensor<2x4x5x4xf32>
+// CHECK: return %[[O4]]
+""")
+
+
+def test_sdpa_golden_ir_composition(cpu):
+    # Fallback (an f32 additive mask): the chain QK^T, scale + masks, row max, exp, row sum, PV, normalize.
+    g, _ = _graph([2, 2, 5, 8], [2, 2, 7, 8], [2, 2, 7, 4], dt=H, mask_dims=[1, 1, 5, 7], mask_type=F, causal=True)()
+    filecheck(lowered_mlir(g, cpu), r"""
+// CHECK: func.func @main(%[[Q:.+]]: tensor<2x2x5x8xf16>, %[[K:.+]]: tensor<2x2x7x8xf16>, %[[V:.+]]: tensor<2x2x7x4xf16>, %{{.+}}: tensor<2x2x5x4xf16> {iree.abi.output = 0 : index}, %[[M:.+]]: tensor<1x1x5x7xf32>)
+// CHECK-NOT: iree_linalg_ext.attention
 // CHECK: %[[Z0:.+]] = linalg.fill {{.*}} -> tensor<2x2x5x7xf32>
 // CHECK: %[[S:.+]] = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]} ins(%[[Q]], %[[K]] : {{.*}}) outs(%[[Z0]] : tensor<2x2x5x7xf32>)
 // CHECK: arith.extf {{.*}} : f16 to f32
 // CHECK: arith.mulf
 // CHECK: arith.addf
-// CHECK: %[[L:.+]] = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (0, 0, d2, d3)>, {{.*}}} ins(%[[S]], %[[M]] : tensor<2x2x5x7xf32>, tensor<1x1x5x7xf16>)
+// CHECK: %[[L:.+]] = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (0, 0, d2, d3)>, {{.*}}} ins(%[[S]], %[[M]] : tensor<2x2x5x7xf32>, tensor<1x1x5x7xf32>)
 // CHECK: arith.constant 0.35355339059327373 : f32
 // CHECK: arith.mulf
-// CHECK: arith.extf {{.*}} : f16 to f32
 // CHECK: arith.addf
 // CHECK: %[[I:.+]] = linalg.index 2 : index
 // CHECK: %[[J:.+]] = linalg.index 3 : index
@@ -226,14 +453,16 @@ def test_sdpa_golden_ir(cpu):
 """)
 
 
-def test_sdpa_gqa_golden_ir(cpu):
-    g, _ = _graph([2, 4, 5, 8], [2, 2, 7, 8], [2, 2, 7, 4], mask_dims=[2, 4, 5, 7], mask_type=BOOL)()
+def test_sdpa_gqa_golden_ir_composition(cpu):
+    # GQA on the fallback (an f32 additive mask): q and the mask split the head axis into [Hk, G].
+    g, _ = _graph([2, 4, 5, 8], [2, 2, 7, 8], [2, 2, 7, 4], mask_dims=[2, 4, 5, 7], mask_type=F)()
     filecheck(lowered_mlir(g, cpu), r"""
+// CHECK-NOT: iree_linalg_ext.attention
 // CHECK: %[[Q5:.+]] = tensor.expand_shape %arg0 {{\[\[}}0], [1, 2], [3], [4]] output_shape [2, 2, 2, 5, 8] : tensor<2x4x5x8xf32> into tensor<2x2x2x5x8xf32>
 // CHECK: linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3, d5)>, affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d4, d5)>, affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3, d4)>]{{.*}} ins(%[[Q5]], %arg1 : tensor<2x2x2x5x8xf32>, tensor<2x2x7x8xf32>)
-// CHECK: %[[M5:.+]] = tensor.expand_shape %arg4 {{\[\[}}0], [1, 2], [3], [4]] output_shape [2, 2, 2, 5, 7] : tensor<2x4x5x7xi1> into tensor<2x2x2x5x7xi1>
-// CHECK: ^bb0(%{{.+}}: f32, %[[KEEP:.+]]: i1, %{{.+}}: f32):
-// CHECK: arith.select %[[KEEP]], {{.*}} : f32
+// CHECK: %[[M5:.+]] = tensor.expand_shape %arg4 {{\[\[}}0], [1, 2], [3], [4]] output_shape [2, 2, 2, 5, 7] : tensor<2x4x5x7xf32> into tensor<2x2x2x5x7xf32>
+// CHECK: ^bb0(%{{.+}}: f32, %[[ADD:.+]]: f32, %{{.+}}: f32):
+// CHECK: arith.addf %{{.+}}, %[[ADD]] : f32
 // CHECK: linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3, d5)>, affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d5, d4)>, affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3, d4)>]{{.*}} tensor<2x2x7x4xf32>
 // CHECK: %[[O4:.+]] = tensor.collapse_shape %{{.+}} {{\[\[}}0], [1, 2], [3], [4]] : tensor<2x2x2x5x4xf32> into tensor<2x4x5x4xf32>
 // CHECK: return %[[O4]]
@@ -242,13 +471,27 @@ def test_sdpa_gqa_golden_ir(cpu):
 
 # -- GPU targets (compile only) -------------------------------------------------------------------
 
+GPU_GRAPHS = [
+    # (what, q dims, k dims, v dims, kwargs (f16 io), takes the fused path)
+    ("fused-gqa-bool-mask-causal", [2, 8, 64, 64], [2, 2, 80, 64], [2, 2, 80, 32],
+     {"mask_dims": [2, 8, 64, 80], "mask_type": BOOL, "causal": True}, True),
+    ("fused-benchmark-causal", [4, 16, 2048, 128], [4, 16, 2048, 128], [4, 16, 2048, 128], {"causal": True}, True),
+    ("composition-f32-mask", [2, 8, 64, 64], [2, 2, 80, 64], [2, 2, 80, 32],
+     {"mask_dims": [2, 8, 64, 80], "mask_type": F, "causal": True}, False),
+]
+
+
+@pytest.mark.parametrize("qd,kd,vd,kw,fused", [c[1:] for c in GPU_GRAPHS], ids=[c[0] for c in GPU_GRAPHS])
 @pytest.mark.parametrize("target,fmt", [("rocm:gfx942", b"rocm-hsaco-fb"), ("rocm:gfx90a", b"rocm-hsaco-fb"),
                                         ("cuda:sm_80", b"cuda-nvptx-fb")])
-def test_sdpa_compiles_for_gpu(target, fmt):
+def test_sdpa_compiles_for_gpu(target, fmt, qd, kd, vd, kw, fused):
     handle = hd.create_handle(device=None, target=target)
-    g, _ = _graph([2, 8, 64, 64], [2, 2, 80, 64], [2, 2, 80, 32], dt=H, mask_dims=[2, 8, 64, 80],
-                  mask_type=BOOL, causal=True)()
+    g, _ = _graph(qd, kd, vd, dt=H, **kw)()
     g.build(handle)
+    ctx = g.get_execution_plan().context
+    assert (FUSED_OP in ctx.mlir) == fused
+    if qd == [4, 16, 2048, 128]:
+        assert ctx.dispatch_count == 2  # the causal mask, then the attention (the composition needs 4)
     data = g.serialize_compiled_plan()
     assert fmt in data
 
