@@ -12,9 +12,13 @@ python3 -c "import torch, numpy; print('torch', torch.__version__, 'numpy', nump
 what=${1:-all}
 if [ "$what" = cases ] || [ "$what" = all ]; then
     python3 benchmarks/gpu_cases.py run --plans .gpu_plans --device cuda --json "$OUT/cases.json" > "$OUT/cases.txt" 2>&1
-    echo "cases rc=$?"; tail -32 "$OUT/cases.txt"
+    echo "cases rc=$?"; grep -E "^\| " "$OUT/cases.txt" | grep -v "| PASS |" | head -40
+    if [ -d .gpu_plans89 ]; then
+        python3 benchmarks/gpu_cases.py run --plans .gpu_plans89 --device cuda --json "$OUT/cases89.json" > "$OUT/cases89.txt" 2>&1
+        echo "cases sm_89 rc=$?"; grep -E "^\| " "$OUT/cases89.txt"
+    fi
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
     python3 benchmarks/gpu_bench.py run --plans .gpu_bench --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1
-    echo "bench rc=$?"; tail -25 "$OUT/bench.txt"
+    echo "bench rc=$?"; grep -E "^\| " "$OUT/bench.txt"
 fi

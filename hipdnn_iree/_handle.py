@@ -85,7 +85,7 @@ class Handle:
 
 
 def create_handle(device: str | None = "local-task", target: str | None = None,
-                  engine_plugins: list | None = None) -> Handle:
+                  engine_plugins: list | None = None, cache=None) -> Handle:
     """Creates a handle.
 
     Args:
@@ -94,6 +94,9 @@ def create_handle(device: str | None = "local-task", target: str | None = None,
         target: ``"llvm-cpu[:<cpu>]"``, ``"rocm:<gfx>"`` or ``"cuda:<sm>"``; derived from the
             device when omitted.
         engine_plugins: exactly these plugin objects; ``None`` loads the installed ones.
+        cache: the persistent compile cache (``hipdnn_iree/_cache.py``): ``None`` follows the
+            environment (on unless ``HIPDNN_IREE_CACHE=0``), ``False`` always compiles, ``True``
+            turns it on, a folder path uses that folder. Set on plugins with a ``cache`` attribute.
 
     Example:
         >>> import hipdnn_iree as hd
@@ -116,4 +119,10 @@ def create_handle(device: str | None = "local-task", target: str | None = None,
         from hipdnn_iree.plugins._iree_rt import device as make_device
         make_device(device)  # fail now, with the driver's message, if the device is unusable
     plugins = discover_plugins() if engine_plugins is None else list(engine_plugins)
+    if cache is not None:
+        from hipdnn_iree._cache import check_setting
+        check_setting(cache)
+        for p in plugins:
+            if hasattr(p, "cache"):
+                p.cache = cache
     return Handle(device, str(tgt), plugins)

@@ -35,3 +35,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_compile_cache(tmp_path_factory):
+    """Builds in this test run (subprocesses too) use a per-session compile cache, never ~/.cache/hipdnn-iree."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HIPDNN_IREE_CACHE_DIR", str(tmp_path_factory.mktemp("compile_cache")))
+    mp.delenv("HIPDNN_IREE_CACHE_MAX_BYTES", raising=False)
+    yield
+    mp.undo()

@@ -1,0 +1,141 @@
+"""Benchmark graphs with their inputs, FLOP counts and numpy / PyTorch baselines.
+
+Each case builds a fresh :class:`hd.Graph`, makes inputs laid out as the graph declares
+them (strided views over dense memory images) and computes the same result with numpy
+and, when ``import torch`` works, PyTorch on the CPU.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+import hipdnn_iree as hd
+
+SIZES = {
+    # name: (matmul m=n=k, conv (N, C, H, W, K), chain (m, k, n))
+    "full": (1024, (8, 64, 56, 56, 64), (1024, 1024, 1024)),
+    "tiny": (32, (1, 4, 6, 6, 4), (8, 16, 12)),
+}
+
+
+@dataclass
+class Case:
+    """One benchmark graph. ``flops`` is None where GFLOP/s means nothing (the overhead probe)."""
+
+    name: str
+    shape: str
+    build: Callable[[], hd.Graph]
+    inputs: dict            # uid -> (logical array in the declared layout, dense memory image)
+    outputs: dict           # uid -> (dims, strides)
+    flops: float | None
+    numpy_fn: Callable[[], np.ndarray]
+    torch_fn: Callable[[], object] | None = None
+
+
+def strided(dense: np.ndarray, dims, strides) -> np.ndarray:
+    """A view of ``dense`` (the memory image) with logical ``dims`` and element ``strides``."""
+    return np.lib.stride_tricks.as_strided(dense, shape=tuple(dims), strides=tuple(s * dense.itemsize for s in strides))
+
+
+def _torch():
+    try:
+        import torch
+        return torch
+    except Exception:  # NOTE: any import failure (missing, broken install) means "no PyTorch column"
+        return None
+
+
+def tiny_matmul() -> Case:
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((4, 8), np.float32), rng.standard_normal((8, 5), np.float32)
+
+    def build():
+        g = hd.Graph(name="tiny_matmul", io_data_type=hd.DataType.FLOAT)
+        g.matmul(g.tensor(name="A", uid=1, dim=[4, 8]), g.tensor(name="B", uid=2, dim=[8, 5])).set_output(True).set_uid(3)
+        return g
+    return Case("tiny matmul (overhead probe)", "4x8 @ 8x5 f32", build, {1: (a, a), 2: (b, b)},
+                {3: ([4, 5], [5, 1])}, None, lambda: a @ b)
+
+
+def matmul(n: int) -> Case:
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
+    torch = _torch()
+
+    def build():
+        g = hd.Graph(name="matmul", io_data_type=hd.DataType.FLOAT)
+        g.matmul(g.tensor(name="A", uid=1, dim=[n, n]), g.tensor(name="B", uid=2, dim=[n, n])).set_output(True).set_uid(3)
+        return g
+    ta, tb = (torch.from_numpy(a), torch.from_numpy(b)) if torch else (None, None)
+    return Case("matmul", f"{n}x{n} @ {n}x{n} f32", build, {1: (a, a), 2: (b, b)}, {3: ([n, n], [n, 1])},
+                2.0 * n ** 3, lambda: a @ b, (lambda: torch.mm(ta, tb)) if torch else None)
+
+
+def conv(shape) -> Case:
+    """NHWC (channels-last via strides) 3x3 convolution, padding 1, stride 1, f32."""
+    n, c, h, w, k = shape
+    rng = np.random.default_rng(2)
+    x_nhwc = rng.standard_normal((n, h, w, c), np.float32)
+    w_krsc = (rng.standard_normal((k, 3, 3, c)) / math.sqrt(9 * c)).astype(np.float32)
+    x_strides, w_strides, y_strides = [h * w * c, 1, w * c, c], [9 * c, 1, 3 * c, c], [h * w * k, 1, w * k, k]
+    x_log, w_log = strided(x_nhwc, [n, c, h, w], x_strides), strided(w_krsc, [k, c, 3, 3], w_strides)
+    torch = _torch()
+
+    def build():
+        if not hasattr(hd.Graph, "conv_fprop"):
+            raise hd.HipdnnError(hd.Status.NOT_SUPPORTED, "this hipdnn-iree has no Graph.conv_fprop")
+        g = hd.Graph(name="conv", io_data_type=hd.DataType.FLOAT)
+        xt = g.tensor(name="X", uid=1, dim=[n, c, h, w], stride=x_strides)
+        wt = g.tensor(name="W", uid=2, dim=[k, c, 3, 3], stride=w_strides)
+        g.conv_fprop(xt, wt, padding=[1, 1], stride=[1, 1], dilation=[1, 1]).set_output(True).set_uid(3) \
+            .set_stride(y_strides)
+        return g
+
+    def numpy_fn():
+        xp = np.pad(x_nhwc, ((0, 0), (1, 1), (1, 1), (0, 0)))
+        win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(1, 2))    # N, H, W, C, R, S
+        y = np.tensordot(win, w_krsc, axes=([3, 4, 5], [3, 1, 2]))                # N, H, W, K (im2col + GEMM)
+        return y.transpose(0, 3, 1, 2)
+
+    if torch:
+        tx, tw = torch.from_numpy(x_log), torch.from_numpy(w_log)   # channels-last strides, no copy
+        torch_fn = lambda: torch.nn.functional.conv2d(tx, tw, padding=1)  # noqa: E731
+    return Case("conv 3x3 NHWC", f"N{n} C{c} {h}x{w} -> K{k}, pad 1, f32", build,
+                {1: (x_log, x_nhwc), 2: (w_log, w_krsc)}, {3: ([n, k, h, w], y_strides)},
+                2.0 * n * k * c * 9 * h * w, numpy_fn, torch_fn if torch else None)
+
+
+def _gelu_tanh(v):
+    return 0.5 * v * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v * v * v)))
+
+
+def chain(shape) -> Case:
+    """matmul + bias + GELU (tanh approximation, so numpy can compute it without erf)."""
+    m, k, n = shape
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((m, k), np.float32)
+    w = (rng.standard_normal((k, n)) / math.sqrt(k)).astype(np.float32)
+    b = rng.standard_normal((1, n), np.float32)
+    torch = _torch()
+
+    def build():
+        g = hd.Graph(name="matmul_bias_gelu", io_data_type=hd.DataType.FLOAT)
+        xt, wt = g.tensor(name="X", uid=1, dim=[m, k]), g.tensor(name="W", uid=2, dim=[k, n])
+        bt = g.tensor(name="bias", uid=3, dim=[1, n])
+        y = g.pointwise(g.matmul(xt, wt), bt, mode=hd.PointwiseMode.ADD)
+        g.pointwise(y, mode=hd.PointwiseMode.GELU_APPROX_TANH_FWD).set_output(True).set_uid(4)
+        return g
+    if torch:
+        tx, tw, tb = torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b)
+        torch_fn = lambda: torch.nn.functional.gelu(torch.addmm(tb, tx, tw), approximate="tanh")  # noqa: E731
+    return Case("matmul+bias+gelu", f"{m}x{k} @ {k}x{n} + bias, gelu(tanh) f32", build,
+                {1: (x, x), 2: (w, w), 3: (b, b)}, {4: ([m, n], [n, 1])}, 2.0 * m * n * k,
+                lambda: _gelu_tanh(x @ w + b), torch_fn if torch else None)
+
+
+def all_cases(sizes: str = "full") -> list[Case]:
+    mm, cv, ch = SIZES[sizes]
+    return [tiny_matmul(), matmul(mm), conv(cv), chain(ch)]
