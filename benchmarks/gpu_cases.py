@@ -65,6 +65,15 @@ def conv_fprop_nhwc_bias_relu(dt):
 
 
 @case
+def conv_fprop_1x1(dt):
+    g = hd.Graph(name="conv_1x1", io_data_type=DT[dt], compute_data_type=hd.DataType.FLOAT)
+    x = g.tensor(name="x", uid=1, dim=[4, 64, 14, 14], stride=nhwc(4, 64, 14, 14))
+    w = g.tensor(name="w", uid=2, dim=[128, 64, 1, 1])
+    g.conv_fprop(x, w).set_output(True).set_uid(3).set_stride(nhwc(4, 128, 14, 14))
+    return g, lambda torch, t: {3: torch.nn.functional.conv2d(t[1].double(), t[2].double())}
+
+
+@case
 def conv_dgrad_strided(dt):
     g = hd.Graph(name="conv_dgrad", io_data_type=DT[dt], compute_data_type=hd.DataType.FLOAT)
     dy = g.tensor(name="dy", uid=1, dim=[4, 64, 14, 14])
@@ -184,7 +193,7 @@ def sdpa_causal_gqa(dt):
 # NOTE: codegen options such as --iree-codegen-llvmgpu-use-igemm are global LLVM options that
 # the in-process compiler session refuses, so only the preprocessing choice is varied here.
 CONV_VARIANTS = {
-    "nchw": (False, ()),
+    "no_conv_flags": (False, ()),
 }
 
 
@@ -192,7 +201,7 @@ def compile_all(target: str, out: str, names=None, variants: bool = False) -> No
     from hipdnn_iree.plugins import _targets
     from hipdnn_iree.plugins.iree_linalg import ENGINE_ID
     os.makedirs(out, exist_ok=True)
-    default_gpu_flags = _targets.GPU_FLAGS
+    default_gpu_flags = _targets.GPU_CONV_FLAGS
     manifest = []
     for name, fn in CASES.items():
         if names and name not in names:
@@ -201,7 +210,7 @@ def compile_all(target: str, out: str, names=None, variants: bool = False) -> No
         if variants and name.startswith("conv"):
             todo.update(CONV_VARIANTS)
         for vname, (keep, extra) in todo.items():
-            _targets.GPU_FLAGS = default_gpu_flags if keep else ()
+            _targets.GPU_CONV_FLAGS = default_gpu_flags if keep else ()
             h = hd.create_handle(device=None, target=target)
             h.resource_manager.plugin_for(ENGINE_ID).compile_flags = tuple(extra)
             for dt in DT:
@@ -220,7 +229,7 @@ def compile_all(target: str, out: str, names=None, variants: bool = False) -> No
                 manifest.append({"case": name, "dtype": dt, "variant": vname, "plan": os.path.basename(path),
                                  "dispatches": dispatches, "compile_s": round(time.perf_counter() - t0, 2)})
                 print(f"compiled {name} {dt} {vname}: {dispatches} dispatches", flush=True)
-    _targets.GPU_FLAGS = default_gpu_flags
+    _targets.GPU_CONV_FLAGS = default_gpu_flags
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump({"target": target, "cases": manifest}, f, indent=1)
 

@@ -63,3 +63,18 @@ def test_one_plan_for_several_amd_archs():
     mlir = lower(g.get_op_graph_bytes(), target="rocm:several").mlir   # keep arch names out of the reflection
     compiled = compile_mlir(mlir, parse_target("rocm:gfx942"), ("--iree-rocm-target=gfx90a",))
     assert b"gfx942" in compiled.vmfb and b"gfx90a" in compiled.vmfb
+
+
+def test_gpu_conv_flags_follow_the_graph():
+    """Channels-last conv compilation on GPUs except for graphs whose convs are only dgrad
+    (measured on an H200: see docs/performance.md)."""
+    from hipdnn_iree.plugins._targets import GPU_CONV_FLAGS, parse_target
+    from lowering import OpKind
+    cuda, cpu = parse_target("cuda:sm_80"), parse_target("llvm-cpu")
+    assert cuda.graph_flags([OpKind.CONV_FPROP, OpKind.POINTWISE]) == list(GPU_CONV_FLAGS)
+    assert cuda.graph_flags([OpKind.CONV_WGRAD]) == list(GPU_CONV_FLAGS)
+    assert cuda.graph_flags([OpKind.CONV_DGRAD]) == []
+    assert cuda.graph_flags([OpKind.CONV_DGRAD, OpKind.CONV_WGRAD]) == []
+    assert cuda.graph_flags([OpKind.MATMUL]) == []
+    assert parse_target("rocm:gfx942").graph_flags([OpKind.CONV_FPROP]) == list(GPU_CONV_FLAGS)
+    assert cpu.graph_flags([OpKind.CONV_FPROP]) == []

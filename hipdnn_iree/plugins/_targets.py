@@ -7,13 +7,14 @@ from hipdnn_iree._status import HipdnnError, Status
 
 # target backend -> HAL driver(s) whose devices run its executables
 _DRIVERS = {"llvm-cpu": ("local-task", "local-sync"), "rocm": ("hip",), "cuda": ("cuda",)}
-DEFAULT_CUDA_ARCH = "sm_80"
-# NOTE: GPU targets compile convolutions channels-last (NHWC/HWCF). Measured on an H200 (IREE 3.13,
-# sm_80 PTX): the f16/bf16 NCHW conv path produced wrong results (NaN), channels-last was correct
-# and 16% faster at 16x56x56x64 3x3 (docs/performance.md). On the CPU it was slower, so not there.
-GPU_FLAGS = ("--iree-preprocessing-pass-pipeline=builtin.module(util.func("
-             "iree-preprocessing-convert-conv-to-channels-last))",)   # NOTE: IREE 3.13 rejects sm_90; sm_80 PTX is JIT-compiled on Hopper.
-
+DEFAULT_CUDA_ARCH = "sm_80"   # NOTE: IREE 3.13 rejects sm_90; sm_80 PTX is JIT-compiled on Hopper.
+# GPU targets compile convolutions channels-last when the graph has a conv_fprop or conv_wgrad
+# and no conv_dgrad. NOTE: measured on an H200 (IREE 3.13, sm_80 PTX): f16/bf16 conv_fprop in
+# the NCHW form gave wrong results (NaN) and was right and 16% faster with IREE's channels-last
+# pass, while f16/bf16 strided conv_dgrad was right only WITHOUT the pass; emitting NHWC fprop in
+# the lowering instead was wrong too (docs/performance.md). Graphs with both keep the pass.
+GPU_CONV_FLAGS = ("--iree-preprocessing-pass-pipeline=builtin.module(util.func("
+                  "iree-preprocessing-convert-conv-to-channels-last))",)
 
 @dataclass(frozen=True)
 class Target:
@@ -32,8 +33,17 @@ class Target:
             return ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
                     f"--iree-llvmcpu-target-cpu={self.arch}"]
         if self.backend == "rocm":
-            return ["--iree-hal-target-device=hip", f"--iree-rocm-target={self.arch}", *GPU_FLAGS]
-        return ["--iree-hal-target-device=cuda", f"--iree-cuda-target={self.arch}", *GPU_FLAGS]
+            return ["--iree-hal-target-device=hip", f"--iree-rocm-target={self.arch}"]
+        return ["--iree-hal-target-device=cuda", f"--iree-cuda-target={self.arch}"]
+
+    def graph_flags(self, op_kinds) -> list[str]:
+        """Flags that depend on the graph's op kinds (see GPU_CONV_FLAGS)."""
+        from lowering.graph_ir import OpKind
+        kinds = set(op_kinds)
+        if (self.backend in ("rocm", "cuda") and kinds & {OpKind.CONV_FPROP, OpKind.CONV_WGRAD}
+                and (OpKind.CONV_DGRAD not in kinds or OpKind.CONV_FPROP in kinds)):
+            return list(GPU_CONV_FLAGS)
+        return []
 
 
 def parse_target(text: str) -> Target:

@@ -148,8 +148,14 @@ class IreeLinalgPlugin:
         if self.target is None:
             raise HipdnnError(Status.NOT_INITIALIZED, "IREE_LINALG plugin is not bound to a handle target")
         from hipdnn_iree import _cache
+        from lowering import decode_graph
+        try:
+            kinds = [n.kind for n in decode_graph(op_graph).nodes]
+        except LoweringError as e:
+            raise HipdnnError(Status.BAD_PARAM, f"IREE_LINALG cannot read the op graph: {e}") from None
+        flags = tuple(self.compile_flags) + tuple(self.target.graph_flags(kinds))
         store = _cache.resolve(self.cache)
-        key = store.key_for(op_graph, self.target, self.compile_flags) if store is not None else None
+        key = store.key_for(op_graph, self.target, flags) if store is not None else None
         hit = store.get(key) if store is not None else None
         if hit is not None:   # NOTE: a hit skips lowering and the compiler (neither is imported)
             ctx = IreeExecutionContext(hit.vmfb, hit.abi, self.target, _tensors_from_abi(hit.abi),
@@ -162,7 +168,7 @@ class IreeLinalgPlugin:
         except LoweringError as e:
             status = {"unsupported": Status.NOT_SUPPORTED, "internal": Status.INTERNAL_ERROR}.get(e.kind, Status.BAD_PARAM)
             raise HipdnnError(status, f"IREE_LINALG cannot lower the graph: {e}") from None
-        compiled = compile_mlir(lowered.mlir, self.target, self.compile_flags)
+        compiled = compile_mlir(lowered.mlir, self.target, flags)
         ctx = IreeExecutionContext(compiled.vmfb, lowered.abi, self.target, _tensors_from_abi(lowered.abi),
                                    dispatch_count=compiled.dispatch_count, mlir=lowered.mlir,
                                    compile_flags=compiled.flags,
