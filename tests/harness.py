@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from textwrap import dedent as _dedent
 
 import numpy as np
 
@@ -14,6 +15,17 @@ from hipdnn_iree._buffers import numpy_dtype
 from tolerances import tolerance
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Prepend to code run with run_python(): makes `import iree.compiler` fail in that process.
+BLOCK_COMPILER = _dedent("""
+    import importlib.abc, sys
+    class _NoCompiler(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name == "iree.compiler" or name.startswith("iree.compiler."):
+                raise ImportError("iree.compiler is blocked in this process")
+    sys.meta_path.insert(0, _NoCompiler())
+""")
+
 
 
 def raises(status, fn, *args, match=None):

@@ -11,7 +11,7 @@ import pytest
 import hipdnn_iree as hd
 from hipdnn_iree import _cache
 from hipdnn_iree.plugins._targets import parse_target
-from harness import REPO, run_python
+from harness import BLOCK_COMPILER, REPO, run_python
 
 GRAPH = textwrap.dedent("""
     import time, sys
@@ -32,14 +32,6 @@ GRAPH = textwrap.dedent("""
         np.testing.assert_allclose(y, np.maximum(x @ w, 0), rtol=1e-5, atol=1e-5)
 """)
 
-BLOCK_COMPILER = textwrap.dedent("""
-    import importlib.abc, sys
-    class _NoCompiler(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target=None):
-            if name == "iree.compiler" or name.startswith("iree.compiler."):
-                raise ImportError("iree.compiler is blocked in this process")
-    sys.meta_path.insert(0, _NoCompiler())
-""")
 
 BUILD_AND_REPORT = textwrap.dedent("""
     from hipdnn_iree import _cache

@@ -9,7 +9,7 @@ import pytest
 import hipdnn_iree as hd
 from hipdnn_iree import _envelope
 from hipdnn_iree.plugins import _fusplan
-from harness import run_python
+from harness import BLOCK_COMPILER, run_python
 
 GRAPH_CODE = textwrap.dedent("""
     import hipdnn_iree as hd
@@ -23,14 +23,6 @@ GRAPH_CODE = textwrap.dedent("""
         return g
 """)
 
-BLOCK_COMPILER = textwrap.dedent("""
-    import importlib.abc, sys
-    class _NoCompiler(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target=None):
-            if name == "iree.compiler" or name.startswith("iree.compiler."):
-                raise ImportError("iree.compiler is blocked in this process")
-    sys.meta_path.insert(0, _NoCompiler())
-""")
 
 
 @pytest.fixture(scope="module")
