@@ -6,6 +6,7 @@ succeeded (see the plugins).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,11 +60,13 @@ class BoundTensor:
     dims: tuple[int, ...]
     strides: tuple[int, ...]
 
-    @property
+    # NOTE: cached per tensor: execute() consults them on every call (cached_property writes the
+    # instance __dict__ directly, which a frozen dataclass allows).
+    @functools.cached_property
     def layout(self) -> Layout:
         return physical_layout(self.dims, self.strides, f"tensor '{self.name}' (uid {self.uid})")
 
-    @property
+    @functools.cached_property
     def dtype(self) -> np.dtype:
         return numpy_dtype(self.data_type)
 

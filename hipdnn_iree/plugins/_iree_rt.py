@@ -102,7 +102,7 @@ class LoadedModule:
         et = element_type(arr.dtype)
         # NOTE: IREE's generated code assumes 64-byte aligned buffers (its own allocations are);
         # importing less aligned host memory crashes in vectorized kernels, so copy those instead.
-        if self.is_host and arr.ctypes.data % HOST_ALIGNMENT == 0:
+        if self.is_host and arr.__array_interface__["data"][0] % HOST_ALIGNMENT == 0:
             try:
                 buf = self.device.allocator.import_host_allocation(arr, self._import_type, self._usage)
                 return r.HalBufferView(buf, list(arr.shape), et), False

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from hipdnn_iree._version import __version__
-from hipdnn_iree._buffers import BoundTensor, bind_device_pack, bind_variant_pack, synchronize_producers
+from hipdnn_iree._buffers import (BoundTensor, bind_device_pack, bind_variant_pack, empty_aligned,
+                                  synchronize_producers)
 from hipdnn_iree._engine_ids import engine_id_from_name
 from hipdnn_iree._status import HipdnnError, Status
 from hipdnn_iree._types import DataType
@@ -37,6 +39,8 @@ class IreeExecutionContext:
     mlir: str | None = None
     compiler_version: str = ""
     view_cache: OrderedDict = field(default_factory=OrderedDict)
+    staging: dict = field(default_factory=dict)          # uid -> (aligned array, its imported view)
+    staging_lock: object = field(default_factory=threading.Lock)
     compile_flags: tuple = field(default_factory=tuple)
 
 
@@ -85,6 +89,12 @@ def _buffer_key(obj):
     if isinstance(cai, dict):
         return ("cai", cai["data"][0], tuple(cai["shape"]), tuple(cai.get("strides") or ()), cai["typestr"])
     return None
+
+
+def _importable(arr) -> bool:
+    """Whether IREE can use this host array in place (see _iree_rt.HOST_ALIGNMENT)."""
+    from hipdnn_iree.plugins._iree_rt import HOST_ALIGNMENT
+    return arr.flags.writeable and arr.__array_interface__["data"][0] % HOST_ALIGNMENT == 0
 
 
 def _cache_keys(tensors, variant_pack):
@@ -188,6 +198,7 @@ class IreeLinalgPlugin:
 
     def destroy_execution_context(self, ctx: IreeExecutionContext) -> None:
         ctx.view_cache.clear()
+        ctx.staging.clear()
         ctx.module = None
 
     # -- execute --------------------------------------------------------------
@@ -204,7 +215,6 @@ class IreeLinalgPlugin:
                               f"this handle has no device (compile-only, target '{ctx.target}'); create the "
                               "handle with a device to execute")
         outputs = [t for t in ctx.tensors if t.role == "output"]
-        copy_back = []
         cache = ctx.view_cache if _VIEW_CACHE else None
         keys = _cache_keys(ctx.tensors, variant_pack) if cache is not None else None
         if keys is not None and all(k in cache for k in keys):
@@ -216,14 +226,12 @@ class IreeLinalgPlugin:
                 synchronize_producers(list(variant_pack.values()))
         elif mod.is_host:
             ins, outs = bind_variant_pack(ctx.tensors, variant_pack)
-            views, any_copy = [], False
-            for t in ctx.tensors:
-                view, copied = mod.host_view(ins[t.uid] if t.role == "input" else outs[t.uid], t.role == "output")
-                views.append(view)
-                any_copy |= copied
-                if copied and t.role == "output":
-                    copy_back.append((outs[t.uid], view))
-            if keys is not None and not any_copy:  # NOTE: a copied input would go stale in the cache
+            if not all(_importable(a) for a in (*ins.values(), *outs.values())):
+                self._execute_staged(ctx, ins, outs, len(outputs))
+                return
+            views = [mod.host_view(ins[t.uid] if t.role == "input" else outs[t.uid], True)[0]
+                     for t in ctx.tensors]
+            if keys is not None:
                 _remember(cache, keys, views)
         else:
             dense = bind_device_pack(ctx.tensors, variant_pack, mod.device_uri.split("://", 1)[0])
@@ -238,8 +246,38 @@ class IreeLinalgPlugin:
             mod.invoke(views, len(outputs))
         except Exception as e:
             raise HipdnnError(Status.EXECUTION_FAILED, f"IREE execution failed: {e}") from None
-        for dst, view in copy_back:
-            np.copyto(dst, np.asarray(mod.to_host(view)).reshape(dst.shape).view(dst.dtype))
+
+    def _execute_staged(self, ctx: IreeExecutionContext, ins: dict, outs: dict, n_out: int) -> None:
+        """CPU call with some buffers IREE cannot use in place (not 64-byte aligned, or read-only).
+
+        Those go through per-plan aligned staging arrays whose imported views are made once:
+        inputs are copied in, outputs copied out after the call. A lock keeps concurrent calls
+        on one plan from sharing the staging arrays.
+        """
+        mod = ctx.module
+        with ctx.staging_lock:
+            views, copy_back = [], []
+            for t in ctx.tensors:
+                arr = ins[t.uid] if t.role == "input" else outs[t.uid]
+                if _importable(arr):
+                    views.append(mod.host_view(arr, True)[0])
+                    continue
+                staged = ctx.staging.get(t.uid)
+                if staged is None:
+                    buf = empty_aligned(arr.shape, arr.dtype)
+                    staged = ctx.staging[t.uid] = (buf, mod.host_view(buf, True)[0])
+                buf, view = staged
+                if t.role == "input":
+                    np.copyto(buf, arr)
+                else:
+                    copy_back.append((arr, buf))
+                views.append(view)
+            try:
+                mod.invoke(views, n_out)
+            except Exception as e:
+                raise HipdnnError(Status.EXECUTION_FAILED, f"IREE execution failed: {e}") from None
+            for dst, buf in copy_back:
+                np.copyto(dst, buf)
 
     # -- plan identity and compatibility (envelope version 2) -----------------
     def describe_execution_context(self, ctx: IreeExecutionContext) -> dict:
