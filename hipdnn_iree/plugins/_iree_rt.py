@@ -90,28 +90,16 @@ class LoadedModule:
         self._usage = r.BufferUsage.DEFAULT
         self._lock = threading.Lock()
 
-    def reflection(self) -> dict:
-        return dict(self.function.reflection)
+    def host_view(self, arr):
+        """A buffer view aliasing a 64-byte aligned, writable host array (no copy).
 
-    def host_view(self, arr, writable: bool):
-        """A buffer view over a dense host array: zero-copy import, else a device copy.
-
-        Returns ``(view, copied)``; ``copied`` outputs must be copied back after the call.
+        Callers stage other arrays into aligned buffers first (plugins/iree_linalg.py).
         """
         r = rt()
-        et = element_type(arr.dtype)
-        # NOTE: IREE's generated code assumes 64-byte aligned buffers (its own allocations are);
-        # importing less aligned host memory crashes in vectorized kernels, so copy those instead.
-        if self.is_host and arr.__array_interface__["data"][0] % HOST_ALIGNMENT == 0:
-            try:
-                buf = self.device.allocator.import_host_allocation(arr, self._import_type, self._usage)
-                return r.HalBufferView(buf, list(arr.shape), et), False
-            except (ValueError, RuntimeError, IndexError):
-                pass  # NOTE: read-only arrays cannot be imported; fall back to a copy
-        view = self.device.allocator.allocate_buffer_copy(
-            memory_type=r.MemoryType.DEVICE_LOCAL, allowed_usage=self._usage, device=self.device,
-            buffer=arr, element_type=et)
-        return view, True
+        if not (self.is_host and arr.flags.writeable and arr.__array_interface__["data"][0] % HOST_ALIGNMENT == 0):
+            raise HipdnnError(Status.INTERNAL_ERROR, "host_view needs a writable, 64-byte aligned array on a CPU device")
+        buf = self.device.allocator.import_host_allocation(arr, self._import_type, self._usage)
+        return r.HalBufferView(buf, list(arr.shape), element_type(arr.dtype))
 
     def dlpack_view(self, obj):
         """Imports a DLPack tensor (device or host memory) without copying."""
@@ -127,6 +115,3 @@ class LoadedModule:
         with self._lock:
             self.context.invoke(self.function, args, rets)
         return [rets.get_as_object(i, r.HalBufferView) for i in range(n_results)]
-
-    def to_host(self, view):
-        return rt().DeviceArray(self.device, view).to_host()

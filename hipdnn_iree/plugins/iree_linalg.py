@@ -97,6 +97,13 @@ def _importable(arr) -> bool:
     return arr.flags.writeable and arr.__array_interface__["data"][0] % HOST_ALIGNMENT == 0
 
 
+def _invoke(mod, views, n_out: int) -> None:
+    try:
+        mod.invoke(views, n_out)
+    except Exception as e:
+        raise HipdnnError(Status.EXECUTION_FAILED, f"IREE execution failed: {e}") from None
+
+
 def _cache_keys(tensors, variant_pack):
     if not isinstance(variant_pack, dict) or len(variant_pack) != len(tensors):
         return None
@@ -227,10 +234,14 @@ class IreeLinalgPlugin:
         elif mod.is_host:
             ins, outs = bind_variant_pack(ctx.tensors, variant_pack)
             if not all(_importable(a) for a in (*ins.values(), *outs.values())):
-                self._execute_staged(ctx, ins, outs, len(outputs))
+                # NOTE: staging arrays are per plan: one call at a time may use them.
+                with ctx.staging_lock:
+                    views, copy_back = self._stage(ctx, ins, outs)
+                    _invoke(mod, views, len(outputs))
+                    for dst, buf in copy_back:
+                        np.copyto(dst, buf)
                 return
-            views = [mod.host_view(ins[t.uid] if t.role == "input" else outs[t.uid], True)[0]
-                     for t in ctx.tensors]
+            views = [mod.host_view(ins[t.uid] if t.role == "input" else outs[t.uid]) for t in ctx.tensors]
             if keys is not None:
                 _remember(cache, keys, views)
         else:
@@ -242,42 +253,30 @@ class IreeLinalgPlugin:
                 raise HipdnnError(Status.BAD_PARAM, f"IREE cannot import a device tensor of the variant pack: {e}") from None
             if keys is not None:
                 _remember(cache, keys, views)
-        try:
-            mod.invoke(views, len(outputs))
-        except Exception as e:
-            raise HipdnnError(Status.EXECUTION_FAILED, f"IREE execution failed: {e}") from None
+        _invoke(mod, views, len(outputs))
 
-    def _execute_staged(self, ctx: IreeExecutionContext, ins: dict, outs: dict, n_out: int) -> None:
-        """CPU call with some buffers IREE cannot use in place (not 64-byte aligned, or read-only).
-
-        Those go through per-plan aligned staging arrays whose imported views are made once:
-        inputs are copied in, outputs copied out after the call. A lock keeps concurrent calls
-        on one plan from sharing the staging arrays.
-        """
+    def _stage(self, ctx: IreeExecutionContext, ins: dict, outs: dict):
+        """Views for a CPU call with some buffers IREE cannot use in place (not 64-byte aligned,
+        or read-only): those go through per-plan aligned staging arrays whose imported views
+        are made once. Inputs are copied in here; returns (views, [(caller output, staging)])."""
         mod = ctx.module
-        with ctx.staging_lock:
-            views, copy_back = [], []
-            for t in ctx.tensors:
-                arr = ins[t.uid] if t.role == "input" else outs[t.uid]
-                if _importable(arr):
-                    views.append(mod.host_view(arr, True)[0])
-                    continue
-                staged = ctx.staging.get(t.uid)
-                if staged is None:
-                    buf = empty_aligned(arr.shape, arr.dtype)
-                    staged = ctx.staging[t.uid] = (buf, mod.host_view(buf, True)[0])
-                buf, view = staged
-                if t.role == "input":
-                    np.copyto(buf, arr)
-                else:
-                    copy_back.append((arr, buf))
-                views.append(view)
-            try:
-                mod.invoke(views, n_out)
-            except Exception as e:
-                raise HipdnnError(Status.EXECUTION_FAILED, f"IREE execution failed: {e}") from None
-            for dst, buf in copy_back:
-                np.copyto(dst, buf)
+        views, copy_back = [], []
+        for t in ctx.tensors:
+            arr = ins[t.uid] if t.role == "input" else outs[t.uid]
+            if _importable(arr):
+                views.append(mod.host_view(arr))
+                continue
+            staged = ctx.staging.get(t.uid)
+            if staged is None:
+                buf = empty_aligned(arr.shape, arr.dtype)
+                staged = ctx.staging[t.uid] = (buf, mod.host_view(buf))
+            buf, view = staged
+            if t.role == "input":
+                np.copyto(buf, arr)
+            else:
+                copy_back.append((arr, buf))
+            views.append(view)
+        return views, copy_back
 
     # -- plan identity and compatibility (envelope version 2) -----------------
     def describe_execution_context(self, ctx: IreeExecutionContext) -> dict:

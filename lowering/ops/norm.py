@@ -174,15 +174,8 @@ def _compute(ctx: LowerContext, node: NodeDesc) -> str:
     return ct if ct in FLOAT_TYPES else "f32"
 
 
-def _first_of(x: Value, axes: Sequence[int]) -> str:
-    """Map from ``x``'s iteration domain to its first element along ``axes``."""
-    d = [f"d{i}" for i in range(len(x.shape))]
-    return f"affine_map<({', '.join(d)}) -> ({', '.join('0' if i in axes else d[i] for i in range(len(d)))})>"
-
-
 def reduce_rows(em: Emitter, x: Value, axes: Sequence[int], acc: str, init: float,
-                step: Callable[[_Math, str, list[str], str], str], stats: Sequence[Value] = (),
-                pivot: bool = False) -> Value:
+                step: Callable[[_Math, str, list[str], str], str], stats: Sequence[Value] = ()) -> Value:
     """``linalg.generic`` reducing ``x`` over ``axes`` into a value of the kept axes.
 
     Args:
@@ -194,7 +187,6 @@ def reduce_rows(em: Emitter, x: Value, axes: Sequence[int], acc: str, init: floa
         step: ``(math, x_elem, stat_elems, acc_elem) -> new_acc`` emitted in the region.
         stats: values shaped like the result, read at the output's position
             (e.g. the mean in the variance pass).
-        pivot: also pass ``step`` (last in ``stat_elems``) the slice's first element.
     """
     rank = len(x.shape)
     d = [f"d{i}" for i in range(rank)]
@@ -205,7 +197,7 @@ def reduce_rows(em: Emitter, x: Value, axes: Sequence[int], acc: str, init: floa
     shape = tuple(x.shape[i] for i in kept)
     init_v = em.filled(shape, acc, init)
     mm = _Math(em, acc)
-    extra = [(s, kept_map) for s in stats] + ([(x, _first_of(x, axes))] if pivot else [])
+    extra = [(s, kept_map) for s in stats]
 
     def body(args):
         xv = em.cast(args[0], x.elem, acc)
