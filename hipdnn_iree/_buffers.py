@@ -32,8 +32,17 @@ def empty_aligned(shape, dtype=np.float32, alignment: int = 64) -> np.ndarray:
         >>> a.ctypes.data % 64
         0
     """
-    dtype = np.dtype(dtype)
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    try:
+        dtype = np.dtype(dtype)
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        if any(isinstance(d, bool) or int(d) != d or d < 0 for d in shape):
+            raise ValueError
+        shape = tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise HipdnnError(Status.BAD_PARAM, f"empty_aligned: shape must be non-negative ints and dtype a numpy "
+                                            f"dtype, got shape={shape!r}, dtype={dtype!r}") from None
+    if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+        raise HipdnnError(Status.BAD_PARAM, f"empty_aligned: alignment must be a power of two, got {alignment!r}")
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     raw = np.empty(nbytes + alignment, np.uint8)
     off = (-raw.ctypes.data) % alignment
@@ -86,12 +95,38 @@ def _as_array(uid: int, t: BoundTensor, buf) -> np.ndarray:
                                                 f"{_DLPACK_NAMES.get(int(dev()[0]), dev()[0])} memory, but the "
                                                 "handle's device is the CPU: pass host memory")
         try:
-            return np.from_dlpack(buf)
+            return _host_from_dlpack(buf)
         except Exception as e:
             raise HipdnnError(Status.BAD_PARAM, f"variant pack uid {uid} ('{t.name}'): the DLPack object "
                                                 f"{type(buf).__name__} cannot be read as host memory: {e}") from None
     raise HipdnnError(Status.BAD_PARAM, f"variant pack uid {uid} ('{t.name}'): expected a numpy array or an "
                                         f"object with __dlpack__, got {type(buf).__name__}")
+
+
+def _host_from_dlpack(obj) -> np.ndarray:
+    """A numpy array over a host DLPack tensor's memory (no copy).
+
+    numpy's DLPack import has no bfloat16; such tensors (torch's) are read as int16 over the same
+    memory and viewed as ``ml_dtypes.bfloat16``.
+    """
+    try:
+        return np.from_dlpack(obj)
+    except Exception:
+        if _dtype_name(obj) != "bfloat16" or _ml_dtypes is None:
+            raise
+        import sys
+        torch = sys.modules.get("torch")
+        if torch is None or not isinstance(obj, torch.Tensor):
+            raise
+        return np.from_dlpack(obj.view(torch.int16)).view(_ml_dtypes.bfloat16)
+
+
+def _shape_error(what: str, shape, t: BoundTensor, lay: Layout) -> HipdnnError:
+    return HipdnnError(Status.BAD_PARAM,
+                       f"{what}: buffer of shape {list(shape)} matches neither the tensor's dims {list(t.dims)} "
+                       f"(with strides {list(t.strides)}) nor its memory-order shape {list(lay.phys_shape)}; pass "
+                       f"an array of dims {list(t.dims)} laid out as declared, or a C-contiguous array of shape "
+                       f"{list(lay.phys_shape)}")
 
 
 def dense_view(t: BoundTensor, arr: np.ndarray) -> np.ndarray:
@@ -103,25 +138,25 @@ def dense_view(t: BoundTensor, arr: np.ndarray) -> np.ndarray:
     what = f"tensor '{t.name}' (uid {t.uid})"
     if arr.dtype != t.dtype:
         raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer has dtype {arr.dtype}, the plan needs {t.dtype}")
-    if arr.shape == t.dims:
-        item = arr.itemsize
-        bad = [a for a in range(arr.ndim)
-               if t.dims[a] > 1 and arr.strides[a] != t.strides[a] * item]
-        if bad:
-            got = [s // item if s % item == 0 else s / item for s in arr.strides]
-            raise HipdnnError(Status.BAD_PARAM,
-                              f"{what}: buffer strides {got} (elements) do not match the declared strides "
-                              f"{list(t.strides)} on axes {bad}; pass an array laid out as declared")
+    # NOTE: exactly two shapes are accepted: the logical dims with the declared strides, or the
+    # memory-order shape, C-contiguous. A buffer that merely has the right element count is refused
+    # (it is how transposition bugs in user code show up).
+    item = arr.itemsize
+    bad = ([a for a in range(arr.ndim) if t.dims[a] > 1 and arr.strides[a] != t.strides[a] * item]
+           if arr.shape == t.dims else None)
+    if bad == []:
         view = arr[tuple(0 if a in lay.bcast_axes else slice(None) for a in range(arr.ndim))]
         kept = [a for a in range(arr.ndim) if a not in lay.bcast_axes]
         view = view.transpose([kept.index(a) for a in lay.order])
-    elif arr.flags.c_contiguous and arr.size == lay.num_elements:
-        view = arr.reshape(lay.phys_shape)
-    else:
+    elif arr.shape == lay.phys_shape and arr.flags.c_contiguous:
+        view = arr
+    elif bad:
+        got = [s // item if s % item == 0 else s / item for s in arr.strides]
         raise HipdnnError(Status.BAD_PARAM,
-                          f"{what}: buffer of shape {list(arr.shape)} does not match dims {list(t.dims)} "
-                          f"(strides {list(t.strides)}); pass an array of those dims, or a C-contiguous "
-                          f"buffer of {lay.num_elements} elements")
+                          f"{what}: buffer strides {got} (elements) do not match the declared strides "
+                          f"{list(t.strides)} on axes {bad}; pass an array laid out as declared")
+    else:
+        raise _shape_error(what, arr.shape, t, lay)
     if not view.flags.c_contiguous:
         raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer is not dense in the declared layout")
     return view
@@ -224,25 +259,21 @@ def bind_device_pack(tensors: list[BoundTensor], variant_pack, driver: str) -> d
             raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer has dtype {_dtype_name(obj)}, the plan needs {t.dtype.name}")
         lay = t.layout
         shape = tuple(int(d) for d in obj.shape)
-        if shape == t.dims:
-            strides = _obj_strides(obj, shape)
-            bad = [a for a in range(len(shape)) if t.dims[a] > 1 and strides[a] != t.strides[a]]
-            if bad:
-                raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer strides {list(strides)} do not match the declared "
-                                                    f"strides {list(t.strides)} on axes {bad}")
+        from lowering.layout import packed_strides
+        strides = _obj_strides(obj, shape)
+        bad = ([a for a in range(len(shape)) if t.dims[a] > 1 and strides[a] != t.strides[a]]
+               if shape == t.dims else None)
+        if bad == []:
             view = obj[tuple(0 if a in lay.bcast_axes else slice(None) for a in range(len(shape)))]
             kept = [a for a in range(len(shape)) if a not in lay.bcast_axes]
             view = _permute(view, [kept.index(a) for a in lay.order])
+        elif shape == lay.phys_shape and tuple(strides) == tuple(packed_strides(shape)):
+            view = obj
+        elif bad:
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer strides {list(strides)} do not match the declared "
+                              f"strides {list(t.strides)} on axes {bad}")
         else:
-            n = 1
-            for d in shape:
-                n *= d
-            from lowering.layout import packed_strides
-            if n != lay.num_elements or tuple(_obj_strides(obj, shape)) != tuple(packed_strides(shape)):
-                raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer of shape {list(shape)} does not match dims "
-                                                    f"{list(t.dims)}; pass that shape or a dense buffer of "
-                                                    f"{lay.num_elements} elements")
-            view = obj.reshape(lay.phys_shape)
+            raise _shape_error(what, shape, t, lay)
         dense[t.uid] = view
     return dense
 

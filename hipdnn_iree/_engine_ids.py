@@ -12,6 +12,9 @@ def engine_id_from_name(name: str) -> int:
         >>> engine_id_from_name("a") == engine_id_from_name("A")
         True
     """
+    if not isinstance(name, str):
+        from hipdnn_iree._status import HipdnnError, Status
+        raise HipdnnError(Status.BAD_PARAM, f"engine name must be a str (e.g. 'IREE_LINALG'), got {name!r}")
     h = _FNV_OFFSET
     for byte in name.upper().encode("utf-8"):
         h ^= byte

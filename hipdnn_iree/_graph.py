@@ -13,13 +13,24 @@ from hipdnn_iree._ops_norm import NormOps
 from hipdnn_iree._ops_sdpa import SdpaOps
 from hipdnn_iree._status import HipdnnError, Status
 from hipdnn_iree._tensor import TensorAttributes
-from hipdnn_iree._types import DataType, NormFwdPhase, PointwiseMode, ReductionMode
+from hipdnn_iree._types import DataType, NormFwdPhase, PointwiseMode, ReductionMode, as_enum
 from lowering.graph_ir import (ABSENT, ATTRS_BY_KIND, GraphDesc, LoweringError, NodeDesc, OpKind, TensorDesc,
                                encode_graph)
 from lowering.layout import packed_strides, physical_layout
 
 # Engines ranked by the heuristics (first = preferred); unknown engines go in between.
 _RANKING = ("IREE_LINALG", "NUMPY_REFERENCE")
+# NOTE: no target can address more: x86-64 user space is 2**47 bytes, and GPU virtual address
+# spaces (49 bits) dwarf any device's memory. Larger tensors are refused at validate().
+MAX_TENSOR_BYTES = 2**47
+# Ops whose outputs, when the caller sets no strides, take the stride order (layout) of an input, as
+# cuDNN's and hipDNN's frontends infer them: op kind -> (output field, input field) pairs.
+_STRIDE_ORDER_FROM = {
+    OpKind.CONV_FPROP: (("y_uid", "x_uid"),),
+    OpKind.CONV_DGRAD: (("x_uid", "y_uid"),),     # dx from dy
+    OpKind.CONV_WGRAD: (("w_uid", "x_uid"),),     # dw from x
+    OpKind.POINTWISE: (("out_0_uid", "in_0_uid"), ("out_0_uid", "in_1_uid"), ("out_0_uid", "in_2_uid")),
+}
 _COMPARE_OR_LOGICAL = {PointwiseMode.CMP_EQ, PointwiseMode.CMP_NEQ, PointwiseMode.CMP_GT, PointwiseMode.CMP_GE,
                        PointwiseMode.CMP_LT, PointwiseMode.CMP_LE, PointwiseMode.LOGICAL_AND,
                        PointwiseMode.LOGICAL_OR, PointwiseMode.LOGICAL_NOT}
@@ -29,7 +40,8 @@ _COMPARE_OR_LOGICAL = {PointwiseMode.CMP_EQ, PointwiseMode.CMP_NEQ, PointwiseMod
 class _Node:
     def __init__(self, kind, name, compute_data_type, tensors: dict, params: dict):
         self.kind, self.name = kind, name
-        self.compute_data_type = DataType(compute_data_type or DataType.NOT_SET)
+        self.compute_data_type = (DataType.NOT_SET if compute_data_type is None else
+                                  as_enum(DataType, compute_data_type, f"{kind.name.lower()} '{name}': compute_data_type"))
         self.tensors = tensors    # attrs field -> TensorAttributes (or None when absent)
         self.params = params
 
@@ -50,9 +62,10 @@ class Graph(ConvOps, NormOps, SdpaOps):
     def __init__(self, name: str = "graph", io_data_type=DataType.NOT_SET,
                  intermediate_data_type=DataType.NOT_SET, compute_data_type=DataType.NOT_SET):
         self.name = str(name)
-        self.io_data_type = DataType(io_data_type)
-        self.intermediate_data_type = DataType(intermediate_data_type)
-        self.compute_data_type = DataType(compute_data_type)
+        self.io_data_type = as_enum(DataType, io_data_type, f"graph '{self.name}': io_data_type")
+        self.intermediate_data_type = as_enum(DataType, intermediate_data_type,
+                                              f"graph '{self.name}': intermediate_data_type")
+        self.compute_data_type = as_enum(DataType, compute_data_type, f"graph '{self.name}': compute_data_type")
         self._tensors: list[TensorAttributes] = []
         self._nodes: list[_Node] = []
         self._restored = False
@@ -99,16 +112,19 @@ class Graph(ConvOps, NormOps, SdpaOps):
         return t
 
     def _operand(self, x, what: str, op: str) -> TensorAttributes | None:
-        if x is None:
-            return None
-        if isinstance(x, numbers.Real) and not isinstance(x, bool):
+        self._check_operand(x, what, op)
+        if isinstance(x, numbers.Real):
             return self.tensor(name=f"{op}_{what}_const", value=float(x))
+        return x
+
+    def _check_operand(self, x, what: str, op: str) -> None:
+        if x is None or isinstance(x, numbers.Real) and not isinstance(x, bool):
+            return
         if not isinstance(x, TensorAttributes):
             raise HipdnnError(Status.BAD_PARAM, f"{op}: {what} must be a TensorAttributes or a number, "
                                                 f"got {type(x).__name__}")
         if x._graph is not self:
             raise HipdnnError(Status.BAD_PARAM, f"{op}: {what} '{x.get_name()}' belongs to another graph")
-        return x
 
     def _virtual(self, name: str) -> TensorAttributes:
         t = TensorAttributes(self, name=name, is_virtual=True)
@@ -118,6 +134,10 @@ class Graph(ConvOps, NormOps, SdpaOps):
     def _add_node(self, kind: OpKind, name, compute_data_type, inputs: dict, outputs: list[str], params=None):
         self._check_mutable()
         name = name or f"{kind.name.lower()}_{len(self._nodes)}"
+        if compute_data_type is not None:   # NOTE: checked before any tensor is added to the graph
+            compute_data_type = as_enum(DataType, compute_data_type, f"{kind.name.lower()} '{name}': compute_data_type")
+        for f, x in inputs.items():
+            self._check_operand(x, f.removesuffix("_uid"), name)
         ins = {f: self._operand(x, f.removesuffix("_uid"), name) for f, x in inputs.items()}
         outs = {f: self._virtual(f"{name}::{f.removesuffix('_uid')}") for f in outputs}
         self._nodes.append(_Node(kind, name, compute_data_type, {**ins, **outs}, params or {}))
@@ -208,6 +228,8 @@ class Graph(ConvOps, NormOps, SdpaOps):
                                                         f"{list(dims)}")
                 if t._data_type == DataType.NOT_SET:
                     t._data_type = self._default_out_type(n, t)
+                if t._stride is None:
+                    t._stride = _inferred_strides(n, f, t._dim)
                 self._check_layout(t, is_output=not t._is_virtual)
                 known[t._uid] = tuple(t._dim)
         self._desc = self._graph_desc()
@@ -225,12 +247,22 @@ class Graph(ConvOps, NormOps, SdpaOps):
         return first._data_type if first is not None else DataType.FLOAT
 
     def _check_layout(self, t: TensorAttributes, is_output: bool):
+        what = f"tensor '{t.get_name()}' (uid {t._uid})"
+        if len(t._dim) == 0:
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: rank-0 tensors (dims []) are not supported; use dims [1] "
+                                                "for a one-element tensor, or g.tensor(value=...) for a constant")
         if t._stride is None:
             t._stride = list(packed_strides(t._dim))
         try:
-            lay = physical_layout(t._dim, t._stride, f"tensor '{t.get_name()}' (uid {t._uid})")
+            lay = physical_layout(t._dim, t._stride, what)
         except LoweringError as e:
             raise HipdnnError(Status.BAD_PARAM, str(e)) from None
+        itemsize = numpy_itemsize(t._data_type)
+        span = 1 + sum((d - 1) * s for d, s in zip(t._dim, t._stride))
+        if span * itemsize > MAX_TENSOR_BYTES:
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: dims {t._dim} with strides {t._stride} span "
+                                                f"{span * itemsize} bytes of {t._data_type.name}, over the "
+                                                f"{MAX_TENSOR_BYTES}-byte (2**47) limit of what a target can address")
         if is_output and lay.bcast_axes:
             raise HipdnnError(Status.BAD_PARAM, f"output tensor '{t.get_name()}': stride 0 on axes "
                                                 f"{list(lay.bcast_axes)} is only allowed on inputs")
@@ -291,8 +323,14 @@ class Graph(ConvOps, NormOps, SdpaOps):
             kinds = sorted({n.kind.name for n in self._nodes})
             raise HipdnnError(Status.NOT_SUPPORTED, f"no loaded engine supports graph '{self.name}' (ops: {kinds})")
         if self._preferred is not None and self._candidates[0] != self._preferred:
-            raise HipdnnError(Status.NOT_SUPPORTED, f"preferred engine {self._preferred} does not support "
-                                                    f"graph '{self.name}'")
+            rm = self._handle.resource_manager
+            loaded = ", ".join(f"{_engine_name(rm.plugin_for(e), e)} (id {e})" for e in rm.engine_ids())
+            label = getattr(self, "_preferred_label", f"id {self._preferred}")
+            if rm.plugin_for(self._preferred) is None:
+                raise HipdnnError(Status.NOT_SUPPORTED, f"preferred engine {label} is not loaded; the handle's "
+                                                        f"engines are: {loaded or 'none'}")
+            raise HipdnnError(Status.NOT_SUPPORTED, f"preferred engine {label} does not support graph "
+                                                    f"'{self.name}'; the handle's engines are: {loaded}")
         self._supported = True
         return self
 
@@ -313,11 +351,13 @@ class Graph(ConvOps, NormOps, SdpaOps):
     def set_preferred_engine_id_ext(self, engine):
         """Prefers an engine by id or UPPER_CASE name (e.g. ``"NUMPY_REFERENCE"``)."""
         self._check_not_restored("set_preferred_engine_id_ext")
+        label = engine
         if isinstance(engine, str):
             engine = engine_id_from_name(engine)
         if isinstance(engine, bool) or not isinstance(engine, int):
             raise HipdnnError(Status.BAD_PARAM, f"engine must be an id or a name, got {engine!r}")
         self._preferred = int(engine)
+        self._preferred_label = f"'{label}' (id {engine})" if isinstance(label, str) else f"id {engine}"
         self._candidates, self._supported, self._plan = None, False, None
         return self
 
@@ -431,6 +471,41 @@ class Graph(ConvOps, NormOps, SdpaOps):
         """A buildable graph from :meth:`to_json` text (str, bytes or the parsed dict)."""
         from hipdnn_iree._graph_json import graph_from_json
         return graph_from_json(text, cls)
+
+
+def numpy_itemsize(data_type) -> int:
+    from hipdnn_iree._buffers import numpy_dtype
+    try:
+        return numpy_dtype(int(data_type)).itemsize
+    except (KeyError, HipdnnError):
+        return 1
+
+
+def _inferred_strides(n: _Node, out_field: str, dims) -> list[int]:
+    """Strides for an output the caller left unset: packed, in the stride order of the op's input
+    of the same rank (channels-last in, channels-last out); row-major packed otherwise."""
+    for out_f, in_f in _STRIDE_ORDER_FROM.get(n.kind, ()):
+        ref = n.tensors.get(in_f)
+        if out_f != out_field or ref is None or ref.is_scalar() or ref._stride is None:
+            continue
+        if len(ref._dim) != len(dims) or (n.kind == OpKind.POINTWISE and list(ref._dim) != list(dims)):
+            continue
+        try:
+            lay = physical_layout(ref._dim, ref._stride)
+        except LoweringError:
+            continue
+        if lay.bcast_axes:
+            continue
+        strides, acc = [0] * len(dims), 1
+        for a in reversed(lay.order):
+            strides[a] = acc
+            acc *= dims[a]
+        return strides
+    return list(packed_strides(dims))
+
+
+def _engine_name(plugin, engine_id: int) -> str:
+    return str((getattr(plugin, "engine_names", None) or {}).get(engine_id, "unnamed engine"))
 
 
 def _check_handle(handle):

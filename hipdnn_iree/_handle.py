@@ -115,9 +115,12 @@ def create_handle(device: str | None = "local-task", target: str | None = None,
     tgt = parse_target(target) if target is not None else default_target_for(device)
     if device is not None:
         from hipdnn_iree.plugins._targets import check_runs_on
-        check_runs_on(tgt, device)
+        check_runs_on(tgt, device, what="handle")
         from hipdnn_iree.plugins._iree_rt import device as make_device
         make_device(device)  # fail now, with the driver's message, if the device is unusable
+    if engine_plugins is not None and not isinstance(engine_plugins, (list, tuple)):
+        raise HipdnnError(Status.BAD_PARAM, f"engine_plugins must be a list of plugin objects or None, "
+                                            f"got {type(engine_plugins).__name__}")
     plugins = discover_plugins() if engine_plugins is None else list(engine_plugins)
     if cache is not None:
         from hipdnn_iree._cache import check_setting

@@ -32,7 +32,9 @@ def register_infer(kind: OpKind):
 
 
 def bad(node: NodeDesc, message: str) -> HipdnnError:
-    return HipdnnError(Status.BAD_PARAM, f"{node.kind.name.lower()} '{node.name}': {message}")
+    prefix = f"{node.kind.name.lower()} '{node.name}': "
+    # NOTE: lowering's shape helpers name the op themselves; say it once.
+    return HipdnnError(Status.BAD_PARAM, message if message.startswith(prefix) else prefix + message)
 
 
 @register_infer(OpKind.MATMUL)

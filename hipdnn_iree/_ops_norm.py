@@ -13,7 +13,7 @@ import numbers
 from hipdnn_iree._infer import bad, register_frontend, register_infer
 from hipdnn_iree._status import HipdnnError, Status
 from hipdnn_iree._tensor import TensorAttributes
-from hipdnn_iree._types import NormFwdPhase, ReductionMode
+from hipdnn_iree._types import NormFwdPhase, ReductionMode, as_enum
 from lowering.graph_ir import LoweringError, NodeDesc, OpKind
 from lowering.ops.norm import (check_batchnorm, check_epsilon, check_layernorm, check_reduction_mode,
                                check_rmsnorm, reduced_axes, x_dims)
@@ -129,12 +129,7 @@ class NormOps:
 
 
 def _enum(cls, value, op: str, field: str):
-    try:
-        return cls(value)
-    except (ValueError, TypeError):
-        names = ", ".join(m.name for m in cls if m.name != "NOT_SET")
-        raise HipdnnError(Status.BAD_PARAM, f"{op}: {field} must be an hd.{cls.__name__} ({names}), "
-                                            f"got {value!r}") from None
+    return as_enum(cls, value, f"{op}: {field}")
 
 
 def _optional_dims(dims, uid):

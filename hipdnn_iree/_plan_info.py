@@ -40,6 +40,7 @@ class PlanInfo:
     executables: list[dict] = field(default_factory=list)     # {"name", "bytes"}
     targets: list[dict] = field(default_factory=list)         # {"backend", "format", "cpu"/"arch", ...}
     module_fb_bytes: int = 0                                  # the VM bytecode FlatBuffer inside the .vmfb
+    signature_verified: bool = False                          # read with a verify key, and the signature matched
 
     @property
     def target(self) -> str:
@@ -61,7 +62,7 @@ class PlanInfo:
                          "plugin_version": env.plugin_version, "producer_version": env.producer_version,
                          "compiler_version": env.compiler_version, "target_device": env.target_device,
                          "target_arch": env.target_arch, "payload_sha256": env.payload_sha256.hex(),
-                         "signed": bool(env.signature)},
+                         "signed": bool(env.signature), "signature_verified": self.signature_verified},
             "fusplan": None if head is None else {
                 "format_major": head.format_major, "format_minor": head.format_minor,
                 "payload_kind": head.payload_kind, "header_bytes": len(env.plugin_payload) - len(head.body)},
@@ -89,6 +90,9 @@ def read_plan(data: bytes, verify_key=None) -> PlanInfo:
     """Parses every layer of ``data``; a bad layer raises HipdnnError (BAD_PARAM/NOT_SUPPORTED/PLUGIN_ERROR)."""
     env = _envelope.decode(data, verify_key)
     info = PlanInfo(len(data), env, engine_names().get(env.engine_id, "unknown (no installed plugin serves it)"))
+    # NOTE: decode() refuses unsigned or badly signed plans when a key is given, so reaching here
+    # with a key means the signature was checked and matched.
+    info.signature_verified = verify_key is not None
     from hipdnn_iree.plugins import _fusplan
     try:
         info.fusplan = _fusplan.unpack(env.plugin_payload)
@@ -152,6 +156,12 @@ def _read_archive(info: PlanInfo) -> None:
             info.targets.append(t)
 
 
+def _signature_text(env: dict) -> str:
+    if env["signature_verified"]:
+        return "present, verified with the given key (HMAC-SHA256)"
+    return "present, not verified (pass --verify-key-file)" if env["signed"] else "none"
+
+
 def format_text(info: PlanInfo) -> str:
     """The human-readable report of ``hipdnn-iree inspect``."""
     d = info.as_dict()
@@ -165,7 +175,7 @@ def format_text(info: PlanInfo) -> str:
                 f"IREE compiler {env['compiler_version'] or '?'}",
                 f"  target: device {env['target_device'] or '?'}, arch {env['target_arch'] or '?'}",
                 f"  payload sha256: {env['payload_sha256']} (checked); signature: "
-                f"{'present (verify with --verify-key-file)' if env['signed'] else 'none'}"]
+                f"{_signature_text(env)}"]
     if head is not None:
         out.append(f"FUSPLAN: format {head['format_major']}.{head['format_minor']}, payload kind "
                    f"{head['payload_kind']} (IREE .vmfb), header {head['header_bytes']} bytes")

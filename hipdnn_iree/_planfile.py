@@ -2,10 +2,33 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
+import threading
 
 from hipdnn_iree import _envelope
 from hipdnn_iree._status import HipdnnError, Status
+
+
+def _fspath(path, what: str) -> str:
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        raise HipdnnError(Status.BAD_PARAM, f"{what}: path must be a str or os.PathLike, got "
+                                            f"{type(path).__name__}") from None
+    return os.fsdecode(path)
+
+
+_UMASK_LOCK = threading.Lock()
+_CHUNK = 1 << 20
+
+
+def _umask() -> int:
+    # NOTE: reading the umask means setting it; the lock keeps two savers from racing on it.
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
 
 
 def save_plan(path, data) -> None:
@@ -20,13 +43,16 @@ def save_plan(path, data) -> None:
     """
     if not isinstance(data, (bytes, bytearray, memoryview)) or memoryview(data).nbytes == 0:
         raise HipdnnError(Status.BAD_PARAM, "save_plan: data must be non-empty plan bytes")
-    path = os.fspath(path)
+    path = _fspath(path, "save_plan")
     folder = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
     except OSError as e:
         raise HipdnnError(Status.BAD_PARAM, f"save_plan: cannot write in {folder!r}: {e.strerror}") from None
     try:
+        # NOTE: mkstemp makes the file 0600; a plan file is meant to be shared like any other file
+        # written by this process, so it gets the mode open(path, "w") would give it.
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -52,16 +78,42 @@ def save_plan(path, data) -> None:
 
 def load_plan(path) -> bytes:
     """Reads a plan file, refusing files over the plan size limit before reading them."""
-    path = os.fspath(path)
-    try:
-        size = os.stat(path).st_size
-    except OSError as e:
-        raise HipdnnError(Status.BAD_PARAM, f"load_plan: cannot open {path!r}: {e.strerror}") from None
-    if size > _envelope.MAX_ENVELOPE_BYTES:
-        raise HipdnnError(Status.BAD_PARAM, f"load_plan: {path!r} is {size} bytes, over the "
-                                            f"{_envelope.MAX_ENVELOPE_BYTES}-byte plan limit")
+    path = _fspath(path, "load_plan")
+    limit = _envelope.MAX_ENVELOPE_BYTES
     try:
         with open(path, "rb") as f:
-            return f.read(_envelope.MAX_ENVELOPE_BYTES + 1)
+            st = os.fstat(f.fileno())
+            if stat.S_ISDIR(st.st_mode):
+                raise HipdnnError(Status.BAD_PARAM, f"load_plan: {path!r} is a folder, not a plan file")
+            if stat.S_ISREG(st.st_mode):
+                if st.st_size > limit:
+                    raise HipdnnError(Status.BAD_PARAM, f"load_plan: {path!r} is {st.st_size} bytes, over the "
+                                                        f"{limit}-byte plan limit")
+                return f.read(limit + 1)
+            return _read_stream(f, path, limit)
     except OSError as e:
         raise HipdnnError(Status.BAD_PARAM, f"load_plan: reading {path!r} failed: {e.strerror}") from None
+
+
+def _read_stream(f, path: str, limit: int) -> bytes:
+    """A pipe, socket or device: read in chunks, refusing as soon as the bytes cannot be a plan.
+
+    NOTE: such files have no size to check first. A plan starts with the FlatBuffer root offset,
+    which points past itself (>= 4) and inside the limit: /dev/zero fails that on its first chunk,
+    and anything else is cut off at the limit instead of being read whole.
+    """
+    chunks, total = [], 0
+    while True:
+        chunk = f.read(min(_CHUNK, limit + 1 - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+        if len(chunks) == 1 and len(chunk) >= 4:
+            root = int.from_bytes(chunk[:4], "little")
+            if root < 4 or root >= limit:
+                raise HipdnnError(Status.BAD_PARAM, f"load_plan: {path!r} is not a plan: its first bytes are not "
+                                                    f"a FlatBuffer root offset (got {root})")
+        if total > limit:
+            raise HipdnnError(Status.BAD_PARAM, f"load_plan: {path!r} holds more than the {limit}-byte plan limit")
+    return b"".join(chunks)

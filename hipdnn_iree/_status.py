@@ -7,6 +7,9 @@ import enum
 class Status(enum.IntEnum):
     """Mirror of ``HIPDNN_STATUS_*`` with the same numbers."""
 
+    __str__ = enum.Enum.__str__
+    __format__ = enum.Enum.__format__
+
     SUCCESS = 0
     NOT_INITIALIZED = 1
     BAD_PARAM = 2

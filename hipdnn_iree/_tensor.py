@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from hipdnn_iree._status import HipdnnError, Status
-from hipdnn_iree._types import DataType
+from hipdnn_iree._types import DataType, as_enum
 
 
 class TensorAttributes:
@@ -23,7 +23,7 @@ class TensorAttributes:
         self._uid = uid
         self._dim = None if dim is None else _int_list(dim, "dim", name)
         self._stride = None if stride is None else _int_list(stride, "stride", name)
-        self._data_type = DataType(data_type)
+        self._data_type = as_enum(DataType, data_type, f"tensor '{name}': data_type")
         self._is_virtual = bool(is_virtual)
         self._value = value
         if uid is not None:
@@ -54,10 +54,7 @@ class TensorAttributes:
         return self
 
     def set_data_type(self, data_type):
-        try:
-            self._mutable()._data_type = DataType(data_type)
-        except ValueError:
-            raise HipdnnError(Status.BAD_PARAM, f"tensor '{self._name}': unknown data type {data_type!r}") from None
+        self._mutable()._data_type = as_enum(DataType, data_type, f"tensor '{self._name}': data_type")
         return self
 
     def set_output(self, is_output: bool = True):

@@ -94,4 +94,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except hd.HipdnnError as e:   # a bad --target or --out: say what was wrong, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

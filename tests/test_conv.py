@@ -204,8 +204,9 @@ def test_fprop_golden_grouped_nhwc(cpu):
     g = hd.Graph(io_data_type=H, compute_data_type=F)
     x = g.tensor(name="X", uid=1, dim=[2, 8, 9, 9], stride=_strides([2, 8, 9, 9], "nhwc"))
     w = g.tensor(name="W", uid=2, dim=[6, 4, 3, 3])
+    # NOTE: an NCHW output set explicitly (left unset, it would follow x's channels-last layout)
     g.conv_fprop(x, w, pre_padding=[1, 0], post_padding=[0, 2], stride=[2, 2],
-                 dilation=[1, 2]).set_output(True).set_uid(3)
+                 dilation=[1, 2]).set_output(True).set_uid(3).set_stride([96, 16, 4, 1])
     filecheck(lowered_mlir(g, cpu), r"""
 // CHECK: func.func @main(%[[X:.+]]: tensor<2x9x9x8xf16>, %[[W:.+]]: tensor<6x4x3x3xf16>, %{{.+}}: tensor<2x6x4x4xf16> {iree.abi.output = 0 : index})
 // CHECK: %[[XT:.+]] = linalg.transpose ins(%[[X]] : tensor<2x9x9x8xf16>) {{.*}} permutation = [0, 3, 1, 2]

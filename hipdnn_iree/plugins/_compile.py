@@ -53,7 +53,10 @@ def compile_mlir(mlir: str, target: Target, extra_flags: tuple[str, ...] = ()) -
             ok, vmfb = _run_capturing_stderr(diag_path, lambda: _run(inv, session, mlir, Source, Output))
             inv.close()
             session.close()
-        diag = open(diag_path, encoding="utf-8", errors="replace").read() if os.path.exists(diag_path) else ""
+        diag = ""
+        if os.path.exists(diag_path):
+            with open(diag_path, encoding="utf-8", errors="replace") as f:
+                diag = f.read()
         if not ok:
             raise HipdnnError(Status.INTERNAL_ERROR,
                               f"IREE failed to compile the graph for target '{target}'.\n"

@@ -84,11 +84,16 @@ def default_target_for(device_uri: str) -> Target:
                                             "use local-task, local-sync, cuda or hip")
 
 
-def check_runs_on(target: Target, device_uri: str | None) -> None:
+def check_runs_on(target: Target, device_uri: str | None, what: str = "plan") -> None:
     """Raises NOT_SUPPORTED when a module compiled for ``target`` cannot run on the device."""
     if device_uri is None:
         return
     if driver_of(device_uri) not in target.drivers:
+        if what == "handle":
+            raise HipdnnError(Status.NOT_SUPPORTED,
+                              f"target '{target}' does not run on device '{device_uri}' (its code runs on HAL "
+                              f"drivers {', '.join(target.drivers)}): pass a matching device, or device=None "
+                              f"for a compile-only handle that builds plans for '{target}'")
         raise HipdnnError(Status.NOT_SUPPORTED,
                           f"plan was compiled for target '{target}' (runs on HAL drivers "
                           f"{', '.join(target.drivers)}), but the handle's device is '{device_uri}': "
