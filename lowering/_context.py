@@ -14,6 +14,9 @@ class LowerContext:
         self.em = emitter
         self.target = target   # "backend:arch"; lowerings may pick target-specific forms
         self.values: dict[int, Value] = {}
+        # Results IREE must not move a relayout transpose into (CUDA f16/bf16 matmuls): output
+        # relayouts of values made from them sit behind a barrier (lowering/ops/matmul.py).
+        self.mma_results: set[int] = set()
 
     def tensor(self, uid: int) -> TensorDesc:
         return self.graph.tensor(uid)

@@ -18,6 +18,7 @@ from lowering._fbs.graph_generated import DataType
 from lowering._registry import LOWERINGS
 from lowering.graph_ir import GraphDesc, LoweringError, decode_graph
 from lowering.layout import physical_layout
+from lowering.ops.matmul import needs_relayout_barrier, propagation_barrier
 
 ENTRY_POINT = "main"
 REFLECTION_KEY = "hipdnn_iree.abi"
@@ -87,6 +88,8 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True) -> Lowered:
         v = ctx.values.get(t.uid)
         if v is None:
             raise LoweringError(f"output tensor '{t.name}' (uid {t.uid}) is never produced")
+        if tuple(lay.order) != tuple(range(len(lay.order))) and needs_relayout_barrier(ctx, t.uid):
+            v = propagation_barrier(em, v)   # NOTE: an IREE CUDA fault, see lowering/ops/matmul.py
         results.append(em.transpose(v, lay.order))
     abi = {"version": ABI_FORMAT_VERSION, "graph": graph.name, "target": target,
            "entry": ENTRY_POINT, "tensors": abi_tensors}

@@ -1,5 +1,14 @@
 """Matmul -> ``linalg.matmul`` / ``linalg.batch_matmul``, or a ``linalg.generic``
-contraction when batch dims broadcast. Accumulates in the compute type."""
+contraction when batch dims broadcast. Accumulates in the compute type.
+
+NOTE: IREE 3.13 miscompiles an f16/bf16 contraction for CUDA when the contraction's N dimension
+(from the second operand) comes before its M dimension (from the first) in the loop order
+(measured on an H200, sm_80 PTX: the mma.sync m16n8k16 accumulator elements c1 and c2 land in
+each other's places, half of the output is wrong, silently). IREE makes such contractions itself
+when it moves a transpose into a matmul (a matmul whose output is stored transposed, or sdpa's
+V operand, which IREE transposes for its attention kernel). On CUDA targets the lowering puts a
+``iree_tensor_ext.compute_barrier.start`` between a matmul's result and such transposes (here and in
+``lowering/ops/sdpa.py``), so the contraction keeps its M-before-N form: docs/known_issues.md."""
 from __future__ import annotations
 
 from lowering._context import LowerContext
@@ -7,6 +16,50 @@ from lowering._emit import FLOAT_TYPES, Value
 from lowering._registry import register_lowering
 from lowering.graph_ir import LoweringError, NodeDesc, OpKind
 from lowering.ops.pointwise import broadcast_shape
+
+_MMA_ELEMS = ("f16", "bf16")   # element types IREE's CUDA codegen sends to mma.sync
+
+
+def cuda_mma_guard(target: str, *elems: str) -> bool:
+    """Whether a contraction over ``elems`` on ``target`` needs the transposed-output barrier.
+
+    Example:
+        >>> cuda_mma_guard("cuda:sm_80", "f16", "f16"), cuda_mma_guard("rocm:gfx942", "f16", "f16")
+        (True, False)
+    """
+    return target.startswith("cuda") and any(e in _MMA_ELEMS for e in elems)
+
+
+def needs_relayout_barrier(ctx: LowerContext, uid: int) -> bool:
+    """Whether tensor ``uid`` derives, through pointwise ops only, from a guarded matmul result
+    (IREE moves a transpose of such a value into the contraction; module docstring)."""
+    if not ctx.mma_results:
+        return False
+    producer = {o: n for n in ctx.graph.nodes for o in n.attrs.outputs()}
+    todo, seen = [uid], set()
+    while todo:
+        u = todo.pop()
+        if u in ctx.mma_results:
+            return True
+        n = producer.get(u)
+        if u in seen or n is None or n.kind != OpKind.POINTWISE:
+            seen.add(u)
+            continue
+        seen.add(u)
+        todo.extend(n.attrs.inputs())
+    return False
+
+
+def propagation_barrier(em, v: Value) -> Value:
+    """``iree_tensor_ext.compute_barrier.start``: IREE's global optimizations move no transpose up
+    across it, and dispatch creation removes it (no runtime cost of its own).
+
+    NOTE: measured with IREE 3.13 on the BERT attention graph: ``util.optimization_barrier`` in the
+    same place also keeps the contraction right, but it survives into the stream schedule (two
+    submissions and a device->host sync per call: 0.27 -> 0.44 ms on an H200).
+    """
+    name = em.op(f"iree_tensor_ext.compute_barrier.start {v.ssa} : {v.type} -> {v.type}", "bar")
+    return Value(name, v.shape, v.elem)
 
 
 def matmul_shape(a: tuple, b: tuple, name: str = "matmul") -> tuple[int, ...]:
@@ -26,6 +79,8 @@ def lower_matmul(ctx: LowerContext, node: NodeDesc) -> None:
     out_shape = matmul_shape(a.shape, b.shape, node.name)
     acc = ctx.compute_elem(node, default="f32" if a.elem in FLOAT_TYPES else "i32")
     em = ctx.em
+    if cuda_mma_guard(ctx.target, a.elem, b.elem):
+        ctx.mma_results.add(at.c_uid)   # see the module docstring; used in lowering/_lower.py
     rank = len(out_shape)
     init = em.filled(out_shape, acc, 0.0)
     if rank == 2 or (rank == 3 and a.shape[:-2] == b.shape[:-2] == out_shape[:-2]):

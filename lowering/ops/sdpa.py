@@ -50,6 +50,7 @@ from lowering._context import LowerContext, is_nan
 from lowering._emit import FLOAT_TYPES, Emitter, Value, tensor_type
 from lowering._registry import register_lowering
 from lowering.graph_ir import ABSENT, LoweringError, NodeDesc, OpKind
+from lowering.ops.matmul import needs_relayout_barrier, propagation_barrier
 
 _INF = math.inf
 
@@ -180,6 +181,11 @@ def lower_sdpa(ctx: LowerContext, node: NodeDesc) -> None:
         # fused op wins 13.7 ms -> 3.5 ms at [4,16,2048,128]. HIPDNN_IREE_SDPA_FUSED_ON_CPU=1 forces it.
         blocker = "llvm-cpu target (the composition is faster there)"
     if blocker is None:
+        if needs_relayout_barrier(ctx, at.v_uid):
+            # NOTE: IREE transposes the attention op's V and moves that transpose into V's producer; a
+            # CUDA f16/bf16 matmul producer then becomes a contraction IREE 3.13 miscompiles
+            # (lowering/ops/matmul.py, docs/known_issues.md). The barrier keeps V as it is made.
+            v = propagation_barrier(ctx.em, v)
         o = lower_fused(ctx.em, q, k, v, mask, scale, at.is_causal, _fused_out_elem(ctx.out_elem(at.o_uid)))
     else:
         o = lower_composition(ctx.em, q, k, v, mask, scale, at.is_causal, ct)
