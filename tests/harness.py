@@ -106,7 +106,11 @@ def compare_engines(build_graph, inputs, handle, roundtrip=True, scale=1.0):
 
 def filecheck(text: str, checks: str) -> None:
     """Runs FileCheck (the ``filecheck`` package) with ``checks`` over ``text``."""
-    exe = shutil.which("filecheck") or os.path.join(os.path.dirname(sys.executable), "filecheck")
+    import sysconfig
+    # NOTE: the pinned filecheck beside this interpreter first (a venv's tools are not on PATH unless it is activated)
+    exe = (shutil.which("filecheck", path=os.pathsep.join((sysconfig.get_path("scripts"), os.path.dirname(sys.executable))))
+           or shutil.which("filecheck"))
+    assert exe, f"filecheck is not installed beside {sys.executable}: pip install '.[test]'"
     with tempfile.NamedTemporaryFile("w", suffix=".check", delete=False) as f:
         f.write(checks)
         path = f.name
