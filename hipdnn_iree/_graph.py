@@ -427,6 +427,21 @@ class Graph(ConvOps, NormOps, SdpaOps):
     def from_compiled_plan(cls, handle, data, verify_key=None) -> "Graph":
         return cls().deserialize_compiled_plan(handle, data, verify_key)
 
+    @classmethod
+    def from_compiled_plan_file(cls, handle, path, verify_key=None) -> "Graph":
+        """Restores a plan straight from a plan file, in place: the file is memory-mapped and the
+        IREE module is imported from the mapping without a copy (its bytes are 64-byte aligned in
+        the file), so restoring a large plan costs neither its size in memory nor a read.
+
+        The mapping lives as long as the restored plan. Do not truncate or rewrite the file in
+        place meanwhile (``hd.save_plan`` replaces files atomically, which is safe).
+
+        Example:
+            >>> r = hd.Graph.from_compiled_plan_file(handle, "mlp.plan")   # doctest: +SKIP
+        """
+        from hipdnn_iree._planfile import map_plan
+        return cls().deserialize_compiled_plan(handle, map_plan(path), verify_key)
+
     def get_compiled_plan_tensor_uids(self) -> list[int]:
         return self._require_plan("get_compiled_plan_tensor_uids").get_attribute(
             _backend.Attribute.EXECUTION_PLAN_TENSOR_UIDS_EXT)

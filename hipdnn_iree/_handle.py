@@ -40,7 +40,7 @@ def discover_plugins() -> list:
 class PluginResourceManager:
     """engine_id -> plugin for one handle."""
 
-    def __init__(self, plugins: list, device_uri: str | None, target: str | None):
+    def __init__(self, plugins: list, device_uri: str | None, target: str | None, targets: list[str] | None = None):
         self.plugins = list(plugins)
         self._by_engine: dict[int, object] = {}
         for p in self.plugins:
@@ -48,7 +48,9 @@ class PluginResourceManager:
             if missing:
                 raise HipdnnError(Status.PLUGIN_ERROR,
                                   f"engine plugin {plugin_name(p)} lacks required method(s) {missing}")
-            if callable(getattr(p, "bind", None)):
+            if targets and len(targets) > 1 and callable(getattr(p, "bind_targets", None)):
+                p.bind_targets(device_uri, list(targets))   # one module per target (FUSPLAN kind 3)
+            elif callable(getattr(p, "bind", None)):
                 p.bind(device_uri, target)
             for eid in p.get_all_engine_ids():
                 if eid in self._by_engine:
@@ -75,10 +77,11 @@ def has_serialization_hooks(p) -> bool:
 class Handle:
     """Create with :func:`create_handle`."""
 
-    def __init__(self, device: str | None, target: str, plugins: list):
+    def __init__(self, device: str | None, target: str, plugins: list, targets: tuple[str, ...] | None = None):
         self.device = device
-        self.target = target
-        self.resource_manager = PluginResourceManager(plugins, device, target)
+        self.target = target                              # the target this handle's device runs
+        self.targets = tuple(targets) if targets else (target,)   # every target plans are built for
+        self.resource_manager = PluginResourceManager(plugins, device, target, list(self.targets))
 
     def __repr__(self) -> str:
         return f"Handle(device={self.device!r}, target={self.target!r})"
@@ -92,7 +95,8 @@ def create_handle(device: str | None = "local-task", target: str | None = None,
         device: an IREE HAL device URI (``"local-task"``, ``"local-sync"``, ``"cuda"``,
             ``"cuda://0"``, ``"hip://0"``), or ``None`` for a compile-only handle.
         target: ``"llvm-cpu[:<cpu>]"``, ``"rocm:<gfx>"`` or ``"cuda:<sm>"``; derived from the
-            device when omitted.
+            device when omitted. A list of targets builds one module per target into one plan
+            (FUSPLAN kind 3); the device runs the entry made for it (``plugins/_multitarget.py``).
         engine_plugins: exactly these plugin objects; ``None`` loads the installed ones.
         cache: the persistent compile cache (``hipdnn_iree/_cache.py``): ``None`` follows the
             environment (on unless ``HIPDNN_IREE_CACHE=0``), ``False`` always compiles, ``True``
@@ -112,7 +116,18 @@ def create_handle(device: str | None = "local-task", target: str | None = None,
     if device is None and target is None:
         raise HipdnnError(Status.BAD_PARAM, "a compile-only handle (device=None) needs a target, e.g. "
                                             "target='rocm:gfx942'")
-    tgt = parse_target(target) if target is not None else default_target_for(device)
+    targets = None
+    if isinstance(target, (list, tuple)):
+        if not target or len(set(map(str, target))) != len(target):
+            raise HipdnnError(Status.BAD_PARAM, f"target list must name at least one target, each once, got {target!r}")
+        parsed = [parse_target(t) for t in target]
+        if len({str(t) for t in parsed}) != len(parsed):
+            raise HipdnnError(Status.BAD_PARAM, f"target list names a target twice: {[str(t) for t in parsed]}")
+        from hipdnn_iree.plugins._multitarget import primary_target
+        tgt = primary_target(parsed, device)
+        targets = tuple(str(t) for t in parsed)
+    else:
+        tgt = parse_target(target) if target is not None else default_target_for(device)
     if device is not None:
         from hipdnn_iree.plugins._targets import check_runs_on
         check_runs_on(tgt, device, what="handle")
@@ -128,4 +143,4 @@ def create_handle(device: str | None = "local-task", target: str | None = None,
         for p in plugins:
             if hasattr(p, "cache"):
                 p.cache = cache
-    return Handle(device, str(tgt), plugins)
+    return Handle(device, str(tgt), plugins, targets)

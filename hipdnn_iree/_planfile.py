@@ -117,3 +117,31 @@ def _read_stream(f, path: str, limit: int) -> bytes:
         if total > limit:
             raise HipdnnError(Status.BAD_PARAM, f"load_plan: {path!r} holds more than the {limit}-byte plan limit")
     return b"".join(chunks)
+
+
+def map_plan(path):
+    """A plan file's bytes, memory-mapped read-only: a ``memoryview`` whose buffer stays mapped as
+    long as anything (a restored plan's module included) refers to it.
+
+    The same checks as :func:`load_plan` run first (folder, size limit). Files that cannot be
+    mapped (pipes, sockets, devices, empty files) are read as :func:`load_plan` reads them.
+    NOTE: the mapping follows the file: a plan file must not be truncated or rewritten in place
+    while a plan restored from it is alive (``save_plan`` replaces files by renaming, which is safe:
+    the mapping keeps the old file).
+    """
+    import mmap
+    path = _fspath(path, "load_plan")
+    limit = _envelope.MAX_ENVELOPE_BYTES
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if stat.S_ISDIR(st.st_mode):
+                raise HipdnnError(Status.BAD_PARAM, f"load_plan: {path!r} is a folder, not a plan file")
+            if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+                return memoryview(f.read(limit + 1) if stat.S_ISREG(st.st_mode) else _read_stream(f, path, limit))
+            if st.st_size > limit:
+                raise HipdnnError(Status.BAD_PARAM, f"load_plan: {path!r} is {st.st_size} bytes, over the "
+                                                    f"{limit}-byte plan limit")
+            return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+    except OSError as e:
+        raise HipdnnError(Status.BAD_PARAM, f"load_plan: reading {path!r} failed: {e.strerror}") from None

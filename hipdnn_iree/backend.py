@@ -137,6 +137,26 @@ def engine_name(handle: Handle, engine_id: int) -> str:
     return str(names.get(engine_id, engine_id))
 
 
+def _plan_info(plan_engine_id: int, workspace_size: int, tensor_uids, **extra) -> dict:
+    """What a plugin that takes ``plan_info`` gets beside its payload: the envelope fields it
+    may sign or check (FUSPLAN signs them with its own payload), the key, and the producer."""
+    from hipdnn_iree._version import __version__
+    return dict(engine_id=int(plan_engine_id), workspace_size=int(workspace_size),
+                tensor_uids=tuple(sorted(int(u) for u in tensor_uids)), producer_version=__version__, **extra)
+
+
+def _takes_plan_info(plugin, hook) -> bool:
+    """Whether a plugin's hook takes the ``plan_info`` keyword (it says so with ``accepts_plan_info``)."""
+    if not getattr(plugin, "accepts_plan_info", False):
+        return False
+    import inspect
+    try:
+        params = inspect.signature(hook).parameters
+    except (TypeError, ValueError):
+        return False
+    return "plan_info" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
 def _serialize(plan: ExecutionPlanDescriptor, signing_key=None, version: int = _envelope.ENVELOPE_VERSION) -> bytes:
     if plan is None:
         raise HipdnnError(Status.BAD_PARAM_NULL_POINTER, "execution plan is None")
@@ -147,10 +167,22 @@ def _serialize(plan: ExecutionPlanDescriptor, signing_key=None, version: int = _
         raise HipdnnError(Status.NOT_SUPPORTED,
                           f"engine {engine_name(plan.handle, plan.engine_id)} (plugin {plugin_name(plugin)}) "
                           "does not support compiled-plan serialization")
+    # NOTE: the envelope is hipDNN's five fields (FORMATS.md); identity, digest and signature are the
+    # plugin's to write inside its payload. Plugins that say so get the envelope fields to sign.
+    takes_info = _takes_plan_info(plugin, plugin.serialize_execution_context)
+    if signing_key is not None and not takes_info:
+        raise HipdnnError(Status.NOT_SUPPORTED, f"plugin {plugin_name(plugin)} cannot sign its plans (it does not "
+                                                "take plan_info): serialize without signing_key")
+    if signing_key is not None:
+        _envelope._key(signing_key, "signing_key")
     serialized = None
     try:
         try:
-            serialized = plugin.serialize_execution_context(plan.context, plan.engine_config)
+            if takes_info:
+                info = _plan_info(plan.engine_id, plan.workspace_size, plan.tensor_uids, signing_key=signing_key)
+                serialized = plugin.serialize_execution_context(plan.context, plan.engine_config, plan_info=info)
+            else:
+                serialized = plugin.serialize_execution_context(plan.context, plan.engine_config)
         except HipdnnError:
             raise
         except Exception as e:
@@ -162,20 +194,8 @@ def _serialize(plan: ExecutionPlanDescriptor, signing_key=None, version: int = _
     finally:
         if serialized is not None:
             plugin.destroy_serialized_execution_context(serialized)
-    identity = {}
-    if version >= 2:
-        from hipdnn_iree._version import __version__
-        describe = getattr(plugin, "describe_execution_context", None)
-        info = dict(describe(plan.context)) if callable(describe) else {}
-        if plan.envelope is not None and plan.envelope.version >= 2:  # restored: keep what the builder recorded
-            for k in ("compiler_version", "target_device", "target_arch"):
-                info[k] = info.get(k) or getattr(plan.envelope, k)
-        identity = dict(plugin_name=plugin_name(plugin), plugin_version=str(getattr(plugin, "version", "")),
-                        producer_version=__version__, compiler_version=str(info.get("compiler_version", "")),
-                        target_device=str(info.get("target_device", "")), target_arch=str(info.get("target_arch", "")))
-    env = _envelope.Envelope(version, plan.engine_id, plan.workspace_size, tuple(sorted(plan.tensor_uids)), payload,
-                             **identity)
-    return _envelope.encode(env, signing_key)
+    env = _envelope.Envelope(version, plan.engine_id, plan.workspace_size, tuple(sorted(plan.tensor_uids)), payload)
+    return _envelope.encode(env)
 
 
 def get_serialized_execution_plan(plan: ExecutionPlanDescriptor, requested_byte_size: int,
@@ -207,10 +227,14 @@ def get_serialized_execution_plan(plan: ExecutionPlanDescriptor, requested_byte_
 
 def serialize_execution_plan(plan: ExecutionPlanDescriptor, signing_key=None,
                              envelope_version: int = _envelope.ENVELOPE_VERSION) -> bytes:
-    """Convenience: the plan's envelope bytes (``envelope_version=1`` writes the RFC's v1 layout)."""
-    if envelope_version not in _envelope.SUPPORTED_VERSIONS:
-        raise HipdnnError(Status.NOT_SUPPORTED, f"cannot write envelope version {envelope_version}; supported: "
-                                                f"{_envelope.SUPPORTED_VERSIONS}")
+    """Convenience: the plan's envelope bytes (version 1, the RFC's five fields: the only one written).
+
+    Version 2 (hipdnn-iree 0.1.0's layout) is read, never written: hipDNN's forks misread it.
+    """
+    if envelope_version != _envelope.ENVELOPE_VERSION:
+        raise HipdnnError(Status.NOT_SUPPORTED, f"cannot write envelope version {envelope_version}: hipdnn-iree "
+                                                f"writes version {_envelope.ENVELOPE_VERSION} (the RFC's five "
+                                                "fields); version 2 is read-only, for plans from hipdnn-iree 0.1.0")
     return _serialize(plan, signing_key, envelope_version)
 
 
@@ -233,13 +257,24 @@ def create_and_deserialize_execution_plan(handle: Handle, serialized_plan, verif
     if not has_serialization_hooks(plugin):
         raise HipdnnError(Status.NOT_SUPPORTED, f"engine plugin {plugin_name(plugin)} cannot restore compiled plans "
                                                 "(no serialization hooks)")
+    legacy = env.layout == _envelope.LAYOUT_LEGACY_V2
     check = getattr(plugin, "check_plan_compatibility", None)
-    if callable(check) and env.version >= 2:
+    if callable(check) and legacy:   # NOTE: 0.1.0 plans keep their identity in the envelope
         check({"plugin_name": env.plugin_name, "plugin_version": env.plugin_version,
                "producer_version": env.producer_version, "compiler_version": env.compiler_version,
                "target_device": env.target_device, "target_arch": env.target_arch})
+    takes_info = _takes_plan_info(plugin, plugin.create_execution_context_from_serialized)
+    if verify_key is not None and not legacy and not takes_info:
+        raise HipdnnError(Status.NOT_SUPPORTED, f"plugin {plugin_name(plugin)} cannot check plan signatures (it does "
+                                                "not take plan_info): restore without verify_key")
     try:
-        ctx = plugin.create_execution_context_from_serialized(env.plugin_payload)
+        if takes_info:
+            info = _plan_info(env.engine_id, env.workspace_size, env.tensor_uids,
+                              verify_key=None if legacy else verify_key, envelope_layout=env.layout,
+                              envelope_checked=legacy)
+            ctx = plugin.create_execution_context_from_serialized(env.plugin_payload, plan_info=info)
+        else:
+            ctx = plugin.create_execution_context_from_serialized(bytes(env.plugin_payload))
     except HipdnnError:
         raise
     except Exception as e:

@@ -90,7 +90,7 @@ def test_inspect_text(files):
     p = cli("inspect", d / "cpu.plan")
     assert p.returncode == EXIT_OK, p.stderr
     out = p.stdout
-    for must in ("envelope: version 2", "engine IREE_LINALG", "tensor uids: [1, 2, 3, 4]", "FUSPLAN: format 1.0",
+    for must in ("envelope: version 1 (rfc-v1 layout)", "engine IREE_LINALG", "tensor uids: [1, 2, 3, 4]", "FUSPLAN: format 1.1",
                  "payload kind 2", "sync func @main(", "iree.abi.output = 0", "built for: llvm-cpu:host",
                  "executable target: llvm-cpu / embedded-elf-", "uid 4: output", "strides [1, 32]"):
         assert must in out, f"{must!r} missing from:\n{out}"
@@ -104,9 +104,11 @@ def test_inspect_json(files):
     env, mod = info["envelope"], info["module"]
     assert env["engine_name"] == "IREE_LINALG" and env["engine_id"] == hd.engine_id_from_name("IREE_LINALG")
     assert env["tensor_uids"] == [1, 2, 3, 4] and env["workspace_size"] == 0
-    assert info["fusplan"]["payload_kind"] == 2 and info["fusplan"]["header_bytes"] == 20
+    head = info["fusplan"]
+    assert head["payload_kind"] == 2 and head["header_bytes"] % 64 == 0 and head["body_offset_in_file"] % 64 == 0
+    assert env["identity_source"] == "FUSPLAN metadata" and env["target_arch"] == "llvm-cpu:host"
     assert info["file_bytes"] == (d / "cpu.plan").stat().st_size
-    assert mod["vmfb_bytes"] == env["plugin_payload_bytes"] - 20
+    assert mod["vmfb_bytes"] == env["plugin_payload_bytes"] - head["header_bytes"]
     assert [(t["uid"], t["role"]) for t in mod["abi"]["tensors"]] == [(1, "input"), (2, "input"), (3, "input"),
                                                                       (4, "output")]
     assert mod["abi"]["tensors"][2]["strides"] == [0, 1]

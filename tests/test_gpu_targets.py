@@ -30,7 +30,8 @@ def test_amd_plans(arch):
     assert b"rocm-hsaco-fb" in vmfb
     assert arch.encode() in vmfb
     assert b"\x7fELF" in vmfb                      # the HSA code object (an AMDGPU ELF) is embedded
-    assert (env.target_device, env.target_arch) == ("hip", f"rocm:{arch}")
+    meta = _fusplan.unpack(env.plugin_payload).metadata
+    assert (meta.target_device, meta.target_arch) == ("hip", f"rocm:{arch}")
     with pytest.raises(hd.HipdnnError) as ei:
         hd.Graph.from_compiled_plan(hd.create_handle(), data)
     assert ei.value.status == S.NOT_SUPPORTED

@@ -3,6 +3,7 @@ plan-tensor queries, attribute semantics and atomic plan files."""
 import dataclasses
 import os
 import signal
+import struct
 import textwrap
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 
 import hipdnn_iree as hd
 from hipdnn_iree import _envelope, backend
+from hipdnn_iree.plugins import _fusplan
 from hipdnn_iree.plugins.iree_linalg import IreeLinalgPlugin
 from harness import raises, random_array, run_python
 
@@ -33,67 +35,108 @@ def built():
     return h, build_mm(h)
 
 
+CORPUS_V2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "plan_v2_cpu.plan")
+
+
 def reencode(data, **changes):
+    """Envelope fields changed, payload kept (a v2 plan keeps its layout, its digest refilled)."""
     env = _envelope.decode(data)
-    return _envelope.encode(dataclasses.replace(env, **changes))
+    return _envelope.encode(dataclasses.replace(env, plugin_payload=bytes(env.plugin_payload), **changes))
 
 
-def test_v1_still_readable_and_v2_written(built, rng):
+def repack(data, signing_key=None, keep_signature=False, **meta_changes):
+    """FUSPLAN metadata fields changed; the digest refilled, the signature remade with
+    ``signing_key`` or, with ``keep_signature``, the old one kept (a tampered plan)."""
+    env = _envelope.decode(data)
+    fp = _fusplan.unpack(env.plugin_payload)
+    meta = dataclasses.replace(fp.metadata, **meta_changes)
+    payload = _fusplan.pack(bytes(fp.body), fp.payload_kind, meta, signing_key,
+                            _fusplan.envelope_fields(env.engine_id, env.workspace_size, env.tensor_uids))
+    if keep_signature:
+        new = _fusplan.unpack(payload)
+        raw = _fusplan._encode_metadata(dataclasses.replace(new.metadata, signature=fp.metadata.signature))
+        hsize = -(-(20 + len(raw)) // 64) * 64
+        payload = (struct.pack("<8sHHII", b"FUSPLAN\0", 1, 1, fp.payload_kind, hsize) + raw
+                   + bytes(hsize - 20 - len(raw)) + bytes(fp.body))
+    return _envelope.encode(dataclasses.replace(env, plugin_payload=payload))
+
+
+def test_v1_written_and_0_1_v2_still_readable(built, rng):
     h, g = built
-    v1 = backend.serialize_execution_plan(g.get_execution_plan(), envelope_version=1)
-    v2 = g.serialize_compiled_plan()
-    assert _envelope.decode(v1).version == 1 and _envelope.decode(v2).version == 2
-    for data in (v1, v2):
-        r = hd.Graph.from_compiled_plan(h, data)
-        a, b = random_array([4, 8], rng=rng), random_array([8, 5], rng=rng, strides=[1, 8])
-        c = np.zeros((4, 5), np.float32)
-        r.execute(h, {1: a, 2: b, 3: c})
-        np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
-    e = raises(S.NOT_SUPPORTED, lambda: hd.Graph.from_compiled_plan(h, reencode(v2, version=3)))
+    v1 = g.serialize_compiled_plan()
+    assert backend.serialize_execution_plan(g.get_execution_plan(), envelope_version=1) == v1
+    assert _envelope.decode(v1).version == 1
+    raises(S.NOT_SUPPORTED, lambda: backend.serialize_execution_plan(g.get_execution_plan(), envelope_version=2),
+           match="read-only")
+    v2 = open(CORPUS_V2, "rb").read()
+    assert _envelope.decode(v2).layout == _envelope.LAYOUT_LEGACY_V2
+    r = hd.Graph.from_compiled_plan(h, v1)
+    a, b = random_array([4, 8], rng=rng), random_array([8, 5], rng=rng, strides=[1, 8])
+    c = np.zeros((4, 5), np.float32)
+    r.execute(h, {1: a, 2: b, 3: c})
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+    e = raises(S.NOT_SUPPORTED, lambda: hd.Graph.from_compiled_plan(h, reencode(v1, version=3)))
     assert "version 3" in str(e) and "1, 2" in str(e)
 
 
-def test_payload_digest_checked_first(built):
+def test_body_digest_checked_first(built):
     h, g = built
     data = bytearray(g.serialize_compiled_plan())
     env = _envelope.decode(bytes(data))
-    # flip a byte inside the payload's FUSPLAN magic: a digest mismatch, not a FUSPLAN error
-    pos = bytes(data).index(env.plugin_payload[:32])
-    data[pos] ^= 0xFF
-    e = raises(S.BAD_PARAM, lambda: hd.Graph.from_compiled_plan(h, bytes(data)), match="digest")
-    assert env.payload_sha256.hex() in str(e)
-    env = _envelope.decode(g.serialize_compiled_plan())
+    fp = _fusplan.unpack(env.plugin_payload)
+    # flip the first byte of the module: a digest mismatch, before IREE sees a byte of it
+    data[env.payload_offset + fp.header_size] ^= 0xFF
+    e = raises(S.PLUGIN_ERROR, lambda: hd.Graph.from_compiled_plan(h, bytes(data)), match="digest mismatch")
+    assert fp.metadata.body_sha256.hex() in str(e)
     for digest in (b"", b"\x01" * 31):
-        raw = _envelope.encode(dataclasses.replace(env, payload_sha256=digest), fill_digest=False)
-        raises(S.BAD_PARAM, lambda: hd.Graph.from_compiled_plan(h, raw), match="payload_sha256")
+        raw = _fusplan._encode_metadata(dataclasses.replace(fp.metadata, body_sha256=digest))
+        hsize = -(-(20 + len(raw)) // 64) * 64
+        payload = struct.pack("<8sHHII", b"FUSPLAN\0", 1, 1, 2, hsize) + raw + bytes(hsize - 20 - len(raw)) + bytes(fp.body)
+        bad = _envelope.encode(dataclasses.replace(env, plugin_payload=payload))
+        raises(S.PLUGIN_ERROR, lambda: hd.Graph.from_compiled_plan(h, bad), match="body_sha256")
+    # 0.1.0's version-2 envelope: its own payload digest is still checked
+    v2 = bytearray(open(CORPUS_V2, "rb").read())
+    env2 = _envelope.decode(bytes(v2))
+    v2[env2.payload_offset + 40] ^= 0xFF
+    raises(S.BAD_PARAM, lambda: hd.Graph.from_compiled_plan(h, bytes(v2)), match="digest mismatch")
 
 
 def test_signing(built):
     h, g = built
     signed = g.serialize_compiled_plan(signing_key=b"k1")
     unsigned = g.serialize_compiled_plan()
+    assert _fusplan.unpack(_envelope.decode(signed).plugin_payload).metadata.signature
     assert hd.Graph.from_compiled_plan(h, signed, verify_key=b"k1").get_compiled_plan_tensor_uids() == [1, 2, 3]
     assert hd.Graph.from_compiled_plan(h, signed).get_compiled_plan_tensor_uids() == [1, 2, 3]  # no key: not checked
     raises(S.BAD_PARAM, lambda: hd.Graph.from_compiled_plan(h, signed, verify_key=b"k2"), match="does not verify")
     raises(S.BAD_PARAM, lambda: hd.Graph.from_compiled_plan(h, unsigned, verify_key=b"k1"), match="unsigned")
-    v1 = backend.serialize_execution_plan(g.get_execution_plan(), envelope_version=1)
-    raises(S.BAD_PARAM, lambda: hd.Graph.from_compiled_plan(h, v1, verify_key=b"k1"), match="unsigned")
-    # tampering with a signed field (workspace size) breaks the signature, re-signing needs the key
+    # the signature covers the envelope's fields too: tampering with workspace_size breaks it
     env = _envelope.decode(signed)
-    tampered = _envelope.encode(dataclasses.replace(env, workspace_size=64))
-    assert _envelope.decode(tampered).signature == env.signature
+    tampered = _envelope.encode(dataclasses.replace(env, plugin_payload=bytes(env.plugin_payload), workspace_size=64))
     raises(S.BAD_PARAM, lambda: hd.Graph.from_compiled_plan(h, tampered, verify_key=b"k1"), match="does not verify")
+    tampered = _envelope.encode(dataclasses.replace(env, plugin_payload=bytes(env.plugin_payload), tensor_uids=(1, 2, 4)))
+    raises(S.BAD_PARAM, lambda: hd.Graph.from_compiled_plan(h, tampered, verify_key=b"k1"), match="does not verify")
+    # ... and the metadata: a changed target with the old signature does not verify; re-signing needs the key
+    tampered = repack(signed, keep_signature=True, target_arch="llvm-cpu:x86-64")
+    raises(S.BAD_PARAM, lambda: hd.Graph.from_compiled_plan(h, tampered, verify_key=b"k1"), match="does not verify")
+    resigned = repack(signed, signing_key=b"k1", producer_version="9.9")
+    hd.Graph.from_compiled_plan(h, resigned, verify_key=b"k1")
     raises(S.BAD_PARAM, lambda: g.serialize_compiled_plan(signing_key=b""), match="signing_key")
+    # a signed 0.1.0 version-2 plan is not in the corpus; its envelope signature path stays tested here
+    v2 = _envelope.decode(open(CORPUS_V2, "rb").read())
+    v2s = _envelope.encode(dataclasses.replace(v2, plugin_payload=bytes(v2.plugin_payload)), signing_key=b"k1")
+    hd.Graph.from_compiled_plan(h, v2s, verify_key=b"k1")
+    raises(S.BAD_PARAM, lambda: hd.Graph.from_compiled_plan(h, v2s, verify_key=b"k2"), match="does not verify")
 
 
 def test_version_and_target_mismatches(built):
     h, g = built
     data = g.serialize_compiled_plan()
-    e = raises(S.VERSION_MISMATCH, lambda: hd.Graph.from_compiled_plan(h, reencode(data, compiler_version="3.99.1")))
+    e = raises(S.VERSION_MISMATCH, lambda: hd.Graph.from_compiled_plan(h, repack(data, compiler_version="3.99.1")))
     assert "3.99.1" in str(e) and "3.13" in str(e)
-    e = raises(S.NOT_SUPPORTED, lambda: hd.Graph.from_compiled_plan(h, reencode(data, target_arch="rocm:gfx942")))
+    e = raises(S.NOT_SUPPORTED, lambda: hd.Graph.from_compiled_plan(h, repack(data, target_arch="rocm:gfx942")))
     assert "rocm:gfx942" in str(e) and "local-task" in str(e)
-    e = raises(S.NOT_SUPPORTED, lambda: hd.Graph.from_compiled_plan(h, reencode(data, target_arch="npu:x")))
+    e = raises(S.NOT_SUPPORTED, lambda: hd.Graph.from_compiled_plan(h, repack(data, target_arch="npu:x")))
     # arch checks against the handle's GPU (plugin bound without creating a device)
     p = IreeLinalgPlugin()
     p.bind("hip://0", "rocm:gfx942")
@@ -107,8 +150,12 @@ def test_version_and_target_mismatches(built):
 
 def test_unknown_plugin_named_in_error(built):
     h, g = built
-    data = reencode(g.serialize_compiled_plan(), engine_id=42)
-    e = raises(S.INTERNAL_ERROR, lambda: hd.Graph.from_compiled_plan(h, data))
+    e = raises(S.INTERNAL_ERROR, lambda: hd.Graph.from_compiled_plan(h, reencode(g.serialize_compiled_plan(),
+                                                                                  engine_id=42)))
+    assert "42" in str(e) and "IREE_LINALG" in str(e)
+    # a 0.1.0 plan names its writer (the version-1 envelope has no plugin identity: RFC 0009)
+    e = raises(S.INTERNAL_ERROR, lambda: hd.Graph.from_compiled_plan(h, reencode(open(CORPUS_V2, "rb").read(),
+                                                                                  engine_id=42)))
     assert "hipdnn_iree.iree_linalg" in str(e) and "42" in str(e)
 
 
@@ -121,11 +168,11 @@ def test_size_bounds(built, monkeypatch):
     monkeypatch.setattr(_envelope, "MAX_TENSOR_UIDS", 2)
     raises(S.BAD_PARAM, lambda: hd.Graph.from_compiled_plan(h, data), match="tensor_uids")
     monkeypatch.undo()
-    raises(S.BAD_PARAM, lambda: hd.Graph.from_compiled_plan(h, reencode(data, plugin_name="x" * 5000)), match="limit")
+    raises(S.PLUGIN_ERROR, lambda: hd.Graph.from_compiled_plan(h, repack(data, plugin_name="x" * 5000)), match="limit")
     # a vector length that claims more bytes than exist is caught before any copy
     bad = bytearray(data)
     env = _envelope.decode(data)
-    at = bytes(bad).index(env.plugin_payload[:64]) - 4
+    at = env.payload_offset - 4
     bad[at:at + 4] = (2**31 - 1).to_bytes(4, "little")
     raises(S.BAD_PARAM, lambda: hd.Graph.from_compiled_plan(h, bytes(bad)), match="limit")
     bad[at:at + 4] = (len(data) * 2).to_bytes(4, "little")

@@ -69,17 +69,28 @@ def test_roundtrip_frontend(cpu, plan_bytes, rng):
 
 
 def test_envelope_fields(plan_bytes):
+    """Version 1, the RFC's five fields only; identity, target and digest in FUSPLAN 1.1's metadata;
+    the module 64-byte aligned in the file."""
     env = _envelope.decode(plan_bytes)
-    assert (env.version, env.engine_id, env.workspace_size, env.tensor_uids) == (2, IREE_ID, 0, (1, 2, 3))
-    assert (env.plugin_name, env.plugin_version, env.producer_version) == ("hipdnn_iree.iree_linalg", hd.__version__,
-                                                                           hd.__version__)
-    assert (env.target_device, env.target_arch) == ("local", "llvm-cpu:host")
-    assert env.compiler_version.startswith("3.13") and len(env.payload_sha256) == 32 and env.signature == b""
+    assert (env.version, env.engine_id, env.workspace_size, env.tensor_uids) == (1, IREE_ID, 0, (1, 2, 3))
+    assert env.layout == _envelope.LAYOUT_RFC and env.plugin_name == "" and env.payload_sha256 == b""
+    root = struct.unpack_from("<I", plan_bytes)[0]
+    vt = root - struct.unpack_from("<i", plan_bytes, root)[0]
+    assert struct.unpack_from("<H", plan_bytes, vt)[0] == 4 + 2 * 5      # a vtable of exactly five slots
     fp = _fusplan.unpack(env.plugin_payload)
-    assert (fp.format_major, fp.format_minor, fp.payload_kind) == (1, 0, 2)
+    assert (fp.format_major, fp.format_minor, fp.payload_kind) == (1, 1, 2)
+    meta = fp.metadata
+    assert (meta.plugin_name, meta.plugin_version, meta.producer_version) == ("hipdnn_iree.iree_linalg",
+                                                                              hd.__version__, hd.__version__)
+    assert (meta.target_device, meta.target_arch) == ("local", "llvm-cpu:host")
+    assert meta.compiler_version.startswith("3.13") and meta.signature == b""
+    import hashlib
+    assert meta.body_sha256 == hashlib.sha256(fp.body).digest()
     magic, major, minor, kind, hsize = struct.unpack_from("<8sHHII", env.plugin_payload)
-    assert (magic, major, minor, kind, hsize) == (b"FUSPLAN\0", 1, 0, 2, 20)
-    assert env.plugin_payload[20:24] != b"" and len(fp.body) == len(env.plugin_payload) - 20
+    assert (magic, major, minor, kind) == (b"FUSPLAN\0", 1, 1, 2) and hsize == fp.header_size
+    assert (env.payload_offset + hsize) % 64 == 0 and hsize % 64 == 0
+    assert plan_bytes[env.payload_offset + hsize:].startswith(bytes(fp.body[:16]))
+    assert len(fp.body) == len(env.plugin_payload) - hsize
 
 
 def test_backend_two_call_pattern(cpu):
@@ -128,7 +139,12 @@ def test_malformed_envelopes(cpu, data, status, match):
 
 
 def test_truncated_envelopes_never_escape(cpu, plan_bytes):
-    for cut in list(range(0, 64)) + list(range(64, len(plan_bytes), 97)):
+    env = _envelope.decode(plan_bytes)
+    end = env.payload_offset + len(env.plugin_payload)
+    # NOTE: the 64-byte aligned payload may be followed by padding: cutting only that still restores
+    assert len(plan_bytes) - end < 64
+    hd.Graph.from_compiled_plan(cpu, plan_bytes[:end])
+    for cut in list(range(0, 64)) + list(range(64, end, 97)):
         with pytest.raises(hd.HipdnnError) as ei:
             hd.Graph.from_compiled_plan(cpu, plan_bytes[:cut])
         assert ei.value.status in (S.BAD_PARAM, S.PLUGIN_ERROR), (cut, str(ei.value))
@@ -165,14 +181,23 @@ def test_fusplan_rejections_are_plugin_errors(cpu, payload, match):
 
 
 def test_fusplan_minor_bump_and_longer_header_are_readable(cpu, plan_bytes, rng):
+    """Minor 0 (0.1's 20-byte header, or longer: skipped) and a future minor (metadata first,
+    then bytes this reader does not know, inside header_size) both restore."""
     env = _envelope.decode(plan_bytes)
-    body = _fusplan.unpack(env.plugin_payload).body
-    payload = struct.pack("<8sHHII", b"FUSPLAN\0", 1, 3, 2, 28) + b"EXTRAHDR" + body
-    r = hd.Graph.from_compiled_plan(cpu, envelope(payload=payload))
-    a, b = random_array([4, 8], rng=rng), random_array([8, 5], rng=rng)
-    c = np.zeros((4, 5), np.float32)
-    r.execute(cpu, {1: a, 2: b, 3: c})
-    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+    fp = _fusplan.unpack(env.plugin_payload)
+    body = bytes(fp.body)
+    minor0 = struct.pack("<8sHHII", b"FUSPLAN\0", 1, 0, 2, 28) + b"EXTRAHDR" + body
+    head = bytes(env.plugin_payload[:fp.header_size])
+    future = struct.pack("<8sHHII", b"FUSPLAN\0", 1, 7, 2, fp.header_size + 64) + head[20:] + b"\x55" * 64 + body
+    for payload in (minor0, future, _fusplan.pack(body, minor=0)):
+        r = hd.Graph.from_compiled_plan(cpu, envelope(payload=payload))
+        a, b = random_array([4, 8], rng=rng), random_array([8, 5], rng=rng)
+        c = np.zeros((4, 5), np.float32)
+        r.execute(cpu, {1: a, 2: b, 3: c})
+        np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+    # minor 1 without its metadata block is damage
+    raises(S.PLUGIN_ERROR, hd.Graph.from_compiled_plan, cpu,
+           envelope(payload=struct.pack("<8sHHII", b"FUSPLAN\0", 1, 1, 2, 20) + body), match="no metadata")
 
 
 def test_restored_graph_refuses_graph_calls(cpu, plan_bytes):

@@ -5,7 +5,6 @@
 import flatbuffers
 from flatbuffers.compat import import_numpy
 from typing import Any
-from typing import Optional
 np = import_numpy()
 
 class SerializedExecutionPlan(object):
@@ -101,104 +100,8 @@ class SerializedExecutionPlan(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
         return o == 0
 
-    # SerializedExecutionPlan
-    def PluginName(self) -> Optional[str]:
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
-        if o != 0:
-            return self._tab.String(o + self._tab.Pos)
-        return None
-
-    # SerializedExecutionPlan
-    def PluginVersion(self) -> Optional[str]:
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
-        if o != 0:
-            return self._tab.String(o + self._tab.Pos)
-        return None
-
-    # SerializedExecutionPlan
-    def ProducerVersion(self) -> Optional[str]:
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
-        if o != 0:
-            return self._tab.String(o + self._tab.Pos)
-        return None
-
-    # SerializedExecutionPlan
-    def CompilerVersion(self) -> Optional[str]:
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
-        if o != 0:
-            return self._tab.String(o + self._tab.Pos)
-        return None
-
-    # SerializedExecutionPlan
-    def TargetDevice(self) -> Optional[str]:
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
-        if o != 0:
-            return self._tab.String(o + self._tab.Pos)
-        return None
-
-    # SerializedExecutionPlan
-    def TargetArch(self) -> Optional[str]:
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
-        if o != 0:
-            return self._tab.String(o + self._tab.Pos)
-        return None
-
-    # SerializedExecutionPlan
-    def PayloadSha256(self, j: int):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
-        if o != 0:
-            a = self._tab.Vector(o)
-            return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
-        return 0
-
-    # SerializedExecutionPlan
-    def PayloadSha256AsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
-        if o != 0:
-            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
-        return 0
-
-    # SerializedExecutionPlan
-    def PayloadSha256Length(self) -> int:
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
-        if o != 0:
-            return self._tab.VectorLen(o)
-        return 0
-
-    # SerializedExecutionPlan
-    def PayloadSha256IsNone(self) -> bool:
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
-        return o == 0
-
-    # SerializedExecutionPlan
-    def Signature(self, j: int):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
-        if o != 0:
-            a = self._tab.Vector(o)
-            return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
-        return 0
-
-    # SerializedExecutionPlan
-    def SignatureAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
-        if o != 0:
-            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
-        return 0
-
-    # SerializedExecutionPlan
-    def SignatureLength(self) -> int:
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
-        if o != 0:
-            return self._tab.VectorLen(o)
-        return 0
-
-    # SerializedExecutionPlan
-    def SignatureIsNone(self) -> bool:
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
-        return o == 0
-
 def SerializedExecutionPlanStart(builder: flatbuffers.Builder):
-    builder.StartObject(13)
+    builder.StartObject(5)
 
 def SerializedExecutionPlanAddVersion(builder: flatbuffers.Builder, version: int):
     builder.PrependUint32Slot(0, version, 0)
@@ -219,36 +122,6 @@ def SerializedExecutionPlanAddPluginPayload(builder: flatbuffers.Builder, plugin
     builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(pluginPayload), 0)
 
 def SerializedExecutionPlanStartPluginPayloadVector(builder, numElems: int) -> int:
-    return builder.StartVector(1, numElems, 1)
-
-def SerializedExecutionPlanAddPluginName(builder: flatbuffers.Builder, pluginName: int):
-    builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(pluginName), 0)
-
-def SerializedExecutionPlanAddPluginVersion(builder: flatbuffers.Builder, pluginVersion: int):
-    builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(pluginVersion), 0)
-
-def SerializedExecutionPlanAddProducerVersion(builder: flatbuffers.Builder, producerVersion: int):
-    builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(producerVersion), 0)
-
-def SerializedExecutionPlanAddCompilerVersion(builder: flatbuffers.Builder, compilerVersion: int):
-    builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(compilerVersion), 0)
-
-def SerializedExecutionPlanAddTargetDevice(builder: flatbuffers.Builder, targetDevice: int):
-    builder.PrependUOffsetTRelativeSlot(9, flatbuffers.number_types.UOffsetTFlags.py_type(targetDevice), 0)
-
-def SerializedExecutionPlanAddTargetArch(builder: flatbuffers.Builder, targetArch: int):
-    builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(targetArch), 0)
-
-def SerializedExecutionPlanAddPayloadSha256(builder: flatbuffers.Builder, payloadSha256: int):
-    builder.PrependUOffsetTRelativeSlot(11, flatbuffers.number_types.UOffsetTFlags.py_type(payloadSha256), 0)
-
-def SerializedExecutionPlanStartPayloadSha256Vector(builder, numElems: int) -> int:
-    return builder.StartVector(1, numElems, 1)
-
-def SerializedExecutionPlanAddSignature(builder: flatbuffers.Builder, signature: int):
-    builder.PrependUOffsetTRelativeSlot(12, flatbuffers.number_types.UOffsetTFlags.py_type(signature), 0)
-
-def SerializedExecutionPlanStartSignatureVector(builder, numElems: int) -> int:
     return builder.StartVector(1, numElems, 1)
 
 def SerializedExecutionPlanEnd(builder: flatbuffers.Builder) -> int:

@@ -67,14 +67,15 @@ class LoadedModule:
     so inputs are not copied and outputs land in place through ``iree.abi.output``.
     """
 
-    def __init__(self, vmfb: bytes, device_uri: str, entry: str):
+    def __init__(self, vmfb: bytes, device_uri: str, entry: str, module=None):
         r = rt()
         self.device_uri = device_uri
         self.is_host = device_uri.split("://", 1)[0] in ("local-task", "local-sync")
         self.device = device(device_uri)
         inst = instance()
         try:
-            self.module = r.VmModule.copy_buffer(inst, vmfb)
+            # NOTE: a restored plan passes the VmModule it already made (in place, for mapped files)
+            self.module = module if module is not None else r.VmModule.copy_buffer(inst, vmfb)
         except Exception as e:
             raise HipdnnError(Status.PLUGIN_ERROR, f"IREE cannot load the plan's module ({len(vmfb)} bytes): {e}") from None
         self.function = self.module.lookup_function(entry)

@@ -42,6 +42,9 @@ class IreeExecutionContext:
     staging: dict = field(default_factory=dict)          # uid -> (aligned array, its imported view)
     staging_lock: object = field(default_factory=threading.Lock)
     compile_flags: tuple = field(default_factory=tuple)
+    variants: tuple = ()             # several-target plans: (Target, vmfb, compiler_version) of every module
+    vm_module: object = None         # restored: the VmModule made from vmfb (wrap_buffer: no copy)
+    in_place: bool = False           # restored: vm_module uses the plan's own bytes (a mapped file) in place
 
 
 def _tensors_from_abi(abi: dict) -> list[BoundTensor]:
@@ -62,6 +65,11 @@ def _major_minor(version: str) -> tuple[int, int] | None:
         return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()))
     except (IndexError, ValueError):
         return None
+
+
+def _address(buf) -> int:
+    """Address of a bytes-like object's first byte (read-only buffers included)."""
+    return int(np.frombuffer(buf, np.uint8).ctypes.data) if len(buf) else 0
 
 
 def _sm(arch: str) -> int:
@@ -134,12 +142,22 @@ class IreeLinalgPlugin:
     def __init__(self):
         self.device_uri: str | None = None
         self.target: Target | None = None
+        self.targets: tuple[Target, ...] = ()   # create_handle(target=[...]): every target to compile
         self.compile_flags: tuple[str, ...] = ()
         self.cache = None   # compile cache: None = environment, False = off, True = on, or a folder (_cache.py)
 
     def bind(self, device_uri: str | None, target: str | None) -> None:
         self.device_uri = device_uri
         self.target = parse_target(target) if target else None
+        self.targets = (self.target,) if self.target else ()
+
+    def bind_targets(self, device_uri: str | None, targets: list[str]) -> None:
+        """A handle with a target list: one module per target, one plan (FUSPLAN kind 3)."""
+        from hipdnn_iree.plugins._multitarget import primary_target
+        parsed = [parse_target(t) for t in targets]
+        self.device_uri = device_uri
+        self.target = primary_target(parsed, device_uri)
+        self.targets = tuple(parsed)
 
     # -- discovery ------------------------------------------------------------
     engine_names = {ENGINE_ID: ENGINE_NAME}
@@ -160,6 +178,25 @@ class IreeLinalgPlugin:
 
     # -- build ----------------------------------------------------------------
     def create_execution_context(self, engine_id: int, op_graph: bytes, engine_config=None) -> IreeExecutionContext:
+        if len(self.targets) <= 1:
+            return self._create_one(engine_id, op_graph, engine_config)
+        # NOTE: one compile per target; the handle's own target is loaded on its device. The plugin's
+        # target is switched for each compile (a plugin object serves one handle, built one at a time).
+        primary, device = self.target, self.device_uri
+        built = []
+        try:
+            self.device_uri = None
+            for t in self.targets:
+                self.target = t
+                built.append(self._create_one(engine_id, op_graph, engine_config))
+        finally:
+            self.target, self.device_uri = primary, device
+        ctx = built[self.targets.index(primary)]
+        ctx.variants = tuple((c.target, c.vmfb, c.compiler_version) for c in built)
+        self._load(ctx)
+        return ctx
+
+    def _create_one(self, engine_id: int, op_graph: bytes, engine_config=None) -> IreeExecutionContext:
         from lowering import LoweringError, lower
         from hipdnn_iree.plugins._compile import compile_mlir, compiler_version
         if self.target is None:
@@ -201,7 +238,7 @@ class IreeLinalgPlugin:
             return
         from hipdnn_iree.plugins._iree_rt import LoadedModule
         check_runs_on(ctx.target, self.device_uri)
-        ctx.module = LoadedModule(ctx.vmfb, self.device_uri, ctx.abi.get("entry", "main"))
+        ctx.module = LoadedModule(ctx.vmfb, self.device_uri, ctx.abi.get("entry", "main"), module=ctx.vm_module)
 
     def destroy_execution_context(self, ctx: IreeExecutionContext) -> None:
         ctx.view_cache.clear()
@@ -314,25 +351,79 @@ class IreeLinalgPlugin:
                                                     f"'{self.device_uri}' targets {mine.arch}")
 
     # -- serialization hooks --------------------------------------------------
-    def serialize_execution_context(self, ctx: IreeExecutionContext, engine_config=None) -> bytes:
-        return _fusplan.pack(ctx.vmfb, _fusplan.KIND_IREE_VMFB)
+    # NOTE: the backend hands this plugin the envelope fields (plan_info) so that the FUSPLAN
+    # signature covers them too: the envelope itself is hipDNN's five fields, with no room for ours.
+    accepts_plan_info = True
+
+    def serialize_execution_context(self, ctx: IreeExecutionContext, engine_config=None, plan_info=None) -> bytes:
+        """FUSPLAN 1.1: kind 2 (one .vmfb) or kind 3 (one .vmfb per target) with the metadata block."""
+        info = plan_info or {}
+        variants = ctx.variants or ((ctx.target, ctx.vmfb, ctx.compiler_version),)
+        devices = {"llvm-cpu": "local", "rocm": "hip", "cuda": "cuda"}
+        compilers = sorted({v[2] for v in variants if v[2]})
+        meta = _fusplan.Metadata(
+            plugin_name=self.name, plugin_version=str(self.version),
+            producer_version=str(info.get("producer_version", __version__)), compiler_version=",".join(compilers),
+            target_device=devices[ctx.target.backend] if len(variants) == 1 else "",
+            target_arch=",".join(str(v[0]) for v in variants))
+        if len(variants) == 1:
+            kind, body = _fusplan.KIND_IREE_VMFB, variants[0][1]
+        else:
+            kind = _fusplan.KIND_MULTI_TARGET
+            body = _fusplan.multi_target_body([(str(t), devices[t.backend], bytes(v)) for t, v, _ in variants])
+        env = _fusplan.envelope_fields(info.get("engine_id", ENGINE_ID), info.get("workspace_size", 0),
+                                       info.get("tensor_uids", sorted(t.uid for t in ctx.tensors)))
+        try:
+            return _fusplan.pack(body, kind, meta, info.get("signing_key"), env)
+        except TypeError as e:
+            raise HipdnnError(Status.BAD_PARAM, f"signing_key: {e}") from None
 
     def destroy_serialized_execution_context(self, serialized) -> None:
         pass  # the bytes object is released by Python; nothing else is held
 
-    def create_execution_context_from_serialized(self, serialized: bytes) -> IreeExecutionContext:
+    def create_execution_context_from_serialized(self, serialized, plan_info=None) -> IreeExecutionContext:
+        """Restores a FUSPLAN 1.0/1.1 payload. A memoryview payload (a mapped plan file) is imported
+        in place: the module's bytes are not copied when they are 64-byte aligned (FORMATS.md)."""
+        from hipdnn_iree.plugins._multitarget import choose
+        info = plan_info or {}
+        verify_key = info.get("verify_key")
+        env = b""
+        if "engine_id" in info:
+            env = _fusplan.envelope_fields(info["engine_id"], info["workspace_size"], info["tensor_uids"])
         try:
-            plan = _fusplan.unpack(serialized)
+            plan = _fusplan.unpack(serialized, verify_key, env)
+        except _fusplan.FusplanSignatureError as e:
+            raise HipdnnError(Status.BAD_PARAM, str(e)) from None
         except _fusplan.FusplanError as e:
             raise HipdnnError(Status.PLUGIN_ERROR, str(e)) from None
+        except TypeError as e:
+            raise HipdnnError(Status.BAD_PARAM, f"verify_key: {e}") from None
+        if plan.metadata is not None and plan.payload_kind == _fusplan.KIND_IREE_VMFB:
+            meta = plan.metadata
+            self.check_plan_compatibility({"plugin_name": meta.plugin_name, "compiler_version": meta.compiler_version,
+                                           "target_device": meta.target_device, "target_arch": meta.target_arch})
+        variants_raw = [(None, plan.body)]
+        chosen = 0
+        if plan.payload_kind == _fusplan.KIND_MULTI_TARGET:
+            targets = [e.target for e in plan.entries]
+            self.check_plan_compatibility({"compiler_version": plan.metadata.compiler_version})
+            chosen = choose(targets, self.device_uri, self.target)
+            self.check_plan_compatibility({"target_arch": targets[chosen]})
+            variants_raw = [(e.target, plan.module(e)) for e in plan.entries]
+        body = variants_raw[chosen][1]
         from hipdnn_iree.plugins._iree_rt import instance, rt
+        in_place = False
         try:
-            module = rt().VmModule.copy_buffer(instance(), plan.body)
+            if _address(body) % _fusplan.BODY_ALIGNMENT == 0:
+                module = rt().VmModule.wrap_buffer(instance(), body)
+                in_place = True
+            else:
+                module = rt().VmModule.copy_buffer(instance(), body)
             fn = module.lookup_function("main")
             refl = dict(fn.reflection) if fn is not None else {}
         except Exception as e:
             raise HipdnnError(Status.PLUGIN_ERROR,
-                              f"plan payload is not a loadable IREE module ({len(plan.body)} bytes): {e}") from None
+                              f"plan payload is not a loadable IREE module ({len(body)} bytes): {e}") from None
         if _REFLECTION_KEY not in refl:
             raise HipdnnError(Status.PLUGIN_ERROR, "plan module has no hipdnn_iree ABI reflection: it was not "
                                                    "written by hipdnn-iree")
@@ -341,6 +432,14 @@ class IreeLinalgPlugin:
             target = parse_target(abi["target"])
         except (ValueError, KeyError, TypeError, HipdnnError) as e:
             raise HipdnnError(Status.PLUGIN_ERROR, f"plan module ABI reflection is malformed: {e}") from None
-        ctx = IreeExecutionContext(plan.body, abi, target, _tensors_from_abi(abi))
+        if plan.payload_kind == _fusplan.KIND_MULTI_TARGET and str(target) != variants_raw[chosen][0]:
+            raise HipdnnError(Status.PLUGIN_ERROR, f"plan index says its module {chosen} is for "
+                                                   f"{variants_raw[chosen][0]}, the module says {target}")
+        ctx = IreeExecutionContext(body, abi, target, _tensors_from_abi(abi), vm_module=module, in_place=in_place)
+        if plan.metadata is not None:
+            ctx.compiler_version = plan.metadata.compiler_version.split(",")[0]
+        if plan.payload_kind == _fusplan.KIND_MULTI_TARGET:
+            comp = ctx.compiler_version
+            ctx.variants = tuple((parse_target(t), v, comp) for t, v in variants_raw)
         self._load(ctx)
         return ctx
