@@ -73,10 +73,16 @@ def _restore(path: str, device: str | None, verify_key_file: str | None):
         target = parse_target(info.target)
     except HipdnnError as e:
         raise CliError(EXIT_BAD_PLAN, f"'{path}' names an unknown target: {e.message}") from None
-    device = device or _DEFAULT_DEVICE[target.backend]
+    if info.entries:   # several targets: the handle's device picks its module (plugins/_multitarget.py)
+        backends = [e["target"].partition(":")[0] for e in info.entries]
+        device = device or _DEFAULT_DEVICE["llvm-cpu" if "llvm-cpu" in backends else target.backend]
+        target = None
+    else:
+        device = device or _DEFAULT_DEVICE[target.backend]
     try:
-        check_runs_on(target, device)
-        handle = hd.create_handle(device=device, target=str(target), cache=False)
+        if target is not None:
+            check_runs_on(target, device)
+        handle = hd.create_handle(device=device, target=None if target is None else str(target), cache=False)
     except HipdnnError as e:
         raise CliError(EXIT_DEVICE, f"device '{device}': {e.message}") from None
     t0 = time.perf_counter()
@@ -257,7 +263,10 @@ def cmd_compile(args) -> int:
     except HipdnnError as e:
         raise CliError(EXIT_BAD_PLAN, f"'{args.graph}' is not a valid graph: {e.message}") from None
     try:
-        handle = hd.create_handle(device=None, target=args.target, cache=False if args.no_cache else None)
+        # NOTE: "a,b,c" builds one module per target into one plan (FUSPLAN kind 3)
+        targets = [t.strip() for t in args.target.split(",") if t.strip()]
+        target = targets if len(targets) > 1 else args.target
+        handle = hd.create_handle(device=None, target=target, cache=False if args.no_cache else None)
     except HipdnnError as e:
         raise CliError(EXIT_USAGE, f"--target {args.target!r}: {e.message}") from None
     if args.iree_flag:
@@ -278,7 +287,7 @@ def cmd_compile(args) -> int:
         hd.save_plan(args.output, data)
     except HipdnnError as e:
         raise CliError(EXIT_USAGE, e.message) from None
-    print(f"wrote {args.output}: {len(data)} bytes, graph '{graph.name}', target {handle.target}, "
+    print(f"wrote {args.output}: {len(data)} bytes, graph '{graph.name}', target {','.join(handle.targets)}, "
           f"built in {seconds:.2f} s")
     return EXIT_OK
 
@@ -354,7 +363,8 @@ def _parser() -> argparse.ArgumentParser:
     p = add("compile", "Build a plan from a graph saved with Graph.to_json().", cmd_compile)
     p.add_argument("graph", metavar="GRAPH.json")
     p.add_argument("--target", default="llvm-cpu:host", help="llvm-cpu[:<cpu>], rocm:<gfx>, cuda:<sm> "
-                   "(default llvm-cpu:host; use e.g. llvm-cpu:x86-64-v3 for plans that travel)")
+                   "(default llvm-cpu:host; use e.g. llvm-cpu:x86-64-v3 for plans that travel); a comma-separated "
+                   "list (rocm:gfx942,cuda:sm_80,llvm-cpu:x86-64-v3) writes one plan with a module per target")
     p.add_argument("--output", "-o", required=True, metavar="PLAN", help="plan file to write (atomically)")
     p.add_argument("--no-cache", action="store_true", help="always compile (skip the persistent compile cache)")
     p.add_argument("--iree-flag", action="append", metavar="FLAG", help="extra iree-compile flag, written --iree-flag=--iree-opt-level=O3 (repeatable)")

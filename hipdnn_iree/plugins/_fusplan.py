@@ -165,15 +165,16 @@ def multi_target_body(modules: list[tuple[str, str, bytes]]) -> bytes:
     """Kind-3 body: index, then each ``(target, target_device, vmfb)`` module 64-byte aligned."""
     if not modules:
         raise ValueError("a multi-target payload needs at least one module")
-    # NOTE: the index's size depends on the offsets it holds only through their values, not their
-    # widths (uint64 fields), so one provisional encoding gives the final size.
-    provisional = [Entry(t, d, 0, len(m), hashlib.sha256(m).digest()) for t, d, m in modules]
+    # NOTE: the index's size does not depend on the offsets' values (uint64 fields), as long as none
+    # is the default 0 that builders leave out: one provisional encoding gives the final size.
+    provisional = [Entry(t, d, BODY_ALIGNMENT, len(m), hashlib.sha256(m).digest()) for t, d, m in modules]
     pos = _round_up(len(_encode_index(provisional)), BODY_ALIGNMENT)
     entries = []
     for (t, d, m), e in zip(modules, provisional):
         entries.append(replace(e, offset=pos))
         pos = _round_up(pos + len(m), BODY_ALIGNMENT)
     index = _encode_index(entries)
+    assert len(index) <= entries[0].offset, "kind-3 index outgrew its provisional size"
     out = bytearray(pos)
     out[:len(index)] = index
     for (_, _, m), e in zip(modules, entries):
