@@ -58,7 +58,9 @@ def main():
             # Such cases are counted and skipped (README: re-save v1 plans as v2); every v2 case runs.
             try:
                 env = _envelope.decode(data)
-                if env.version == 1 and env.plugin_payload not in known_v1_payloads:
+                # FUSPLAN 1.1 payloads carry a body digest: only 1.0 payloads in v1 envelopes are unguarded
+                unguarded = env.version == 1 and bytes(env.plugin_payload[10:12]) == b"\0\0"
+                if unguarded and env.plugin_payload not in known_v1_payloads:
                     counts["skipped:v1_payload_changed"] += 1
                     return
             except hd.HipdnnError:

@@ -20,6 +20,17 @@ def test_corpus_has_every_envelope_version():
     assert versions >= set(_envelope.SUPPORTED_VERSIONS), versions
 
 
+def test_corpus_has_every_payload_format():
+    """FUSPLAN 1.0 (hipdnn-iree 0.1, in envelopes v1 and v2), 1.1 kind 2 and 1.1 kind 3."""
+    from hipdnn_iree import _envelope
+    from hipdnn_iree.plugins import _fusplan
+    found = set()
+    for p in CORPUS:
+        fp = _fusplan.unpack(_envelope.decode(open(p, "rb").read()).plugin_payload)
+        found.add((fp.format_minor, fp.payload_kind))
+    assert found >= {(0, 2), (1, 2), (1, 3)}, found
+
+
 @pytest.mark.parametrize("plan", CORPUS, ids=os.path.basename)
 def test_corpus_plan_runs_in_fresh_process(plan):
     data = plan[:-len(".plan")] + ".npz"
@@ -27,6 +38,7 @@ def test_corpus_plan_runs_in_fresh_process(plan):
         import numpy as np, hipdnn_iree as hd
         h = hd.create_handle()
         r = hd.Graph.from_compiled_plan(h, hd.load_plan({plan!r}))
+        r2 = hd.Graph.from_compiled_plan_file(h, {plan!r})
         d = np.load({data!r})
         tensors = {{t.uid: t for t in r.get_compiled_plan_tensors()}}
         assert sorted(tensors) == r.get_compiled_plan_tensor_uids() == [1, 2, 3, 4]
@@ -35,6 +47,9 @@ def test_corpus_plan_runs_in_fresh_process(plan):
         y = np.full((2, 6, 12), np.nan, np.float32)
         r.execute(h, {{1: d["x"], 2: d["w_memory"].transpose(0, 2, 1), 3: d["b"], 4: y}})
         np.testing.assert_allclose(y, d["y"], rtol=1e-4, atol=1e-4)
+        y2 = np.full((2, 6, 12), np.nan, np.float32)
+        r2.execute(h, {{1: d["x"], 2: d["w_memory"].transpose(0, 2, 1), 3: d["b"], 4: y2}})
+        np.testing.assert_allclose(y2, d["y"], rtol=1e-4, atol=1e-4)
         print("CORPUS_OK", hd.__version__)
     """))
     assert p.returncode == 0 and "CORPUS_OK" in p.stdout, p.stdout + p.stderr

@@ -1,6 +1,7 @@
 """Writes one frozen corpus plan (+ its inputs and expected outputs) for the compatibility tests.
 
-Usage: python tests/data/make_corpus.py NAME  (e.g. plan_v2_cpu)
+Usage: python tests/data/make_corpus.py NAME [ENVELOPE_VERSION] [--targets a,b,...]
+  (e.g. plan_v1_fusplan11_cpu; with --targets, a several-target plan: FUSPLAN kind 3)
 Refuses to overwrite an existing file: the corpus is frozen. A new format version gets a NEW name;
 old files stay and must keep loading (tests/test_compat_corpus.py).
 The CPU target is generic x86-64 so the plans run on any x86-64 machine.
@@ -26,14 +27,14 @@ def build():
     return g
 
 
-def main(name: str, envelope_version: int | None = None) -> None:
+def main(name: str, envelope_version: int | None = None, targets: list[str] | None = None) -> None:
     plan_path, data_path = os.path.join(HERE, name + ".plan"), os.path.join(HERE, name + ".npz")
     for p in (plan_path, data_path):
         if os.path.exists(p):
             raise SystemExit(f"{p} exists: the corpus is frozen; pick a new name")
     h = hd.create_handle(target=TARGET)
     g = build()
-    g.build(h)
+    g.build(hd.create_handle(target=targets) if targets else h)
     kwargs = {} if envelope_version is None else {"_envelope_version": envelope_version}
     plan = g.serialize_compiled_plan(**kwargs)
     rng = np.random.default_rng(2026)
@@ -53,4 +54,10 @@ def main(name: str, envelope_version: int | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None)
+    argv = sys.argv[1:]
+    targets = None
+    if "--targets" in argv:
+        i = argv.index("--targets")
+        targets = argv[i + 1].split(",")
+        del argv[i:i + 2]
+    main(argv[0], int(argv[1]) if len(argv) > 1 else None, targets)
