@@ -77,6 +77,8 @@ def has_serialization_hooks(p) -> bool:
 class Handle:
     """Create with :func:`create_handle`."""
 
+    self_check = False   # first execution of each plan compared with NUMPY_REFERENCE (_selfcheck.py)
+
     def __init__(self, device: str | None, target: str, plugins: list, targets: tuple[str, ...] | None = None):
         self.device = device
         self.target = target                              # the target this handle's device runs
@@ -88,7 +90,7 @@ class Handle:
 
 
 def create_handle(device: str | None = "local-task", target: str | None = None,
-                  engine_plugins: list | None = None, cache=None) -> Handle:
+                  engine_plugins: list | None = None, cache=None, self_check: bool | None = None) -> Handle:
     """Creates a handle.
 
     Args:
@@ -101,6 +103,9 @@ def create_handle(device: str | None = "local-task", target: str | None = None,
         cache: the persistent compile cache (``hipdnn_iree/_cache.py``): ``None`` follows the
             environment (on unless ``HIPDNN_IREE_CACHE=0``), ``False`` always compiles, ``True``
             turns it on, a folder path uses that folder. Set on plugins with a ``cache`` attribute.
+        self_check: compare the first execution of each plan with the NUMPY_REFERENCE engine and
+            raise EXECUTION_FAILED on a mismatch (``hipdnn_iree/_selfcheck.py``); ``None`` follows
+            ``HIPDNN_IREE_SELF_CHECK=1``.
 
     Example:
         >>> import hipdnn_iree as hd
@@ -143,4 +148,8 @@ def create_handle(device: str | None = "local-task", target: str | None = None,
         for p in plugins:
             if hasattr(p, "cache"):
                 p.cache = cache
-    return Handle(device, str(tgt), plugins, targets)
+    from hipdnn_iree._selfcheck import enabled
+    check = enabled(self_check)
+    handle = Handle(device, str(tgt), plugins, targets)
+    handle.self_check = check
+    return handle

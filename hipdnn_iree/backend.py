@@ -64,6 +64,9 @@ class ExecutionPlanDescriptor:
     restored: bool = False
     finalized: bool = True
     envelope: object = None                     # the decoded envelope when restored
+    op_graph: bytes | None = None               # the graph FlatBuffer when built (the self-check's input)
+    self_checked: bool = False                  # _selfcheck.py: first execution compared already
+    self_check_error: str | None = None         # _selfcheck.py: the verdict of a failed comparison
 
     def get_attribute(self, attr: Attribute):
         attr = Attribute(attr)
@@ -103,7 +106,14 @@ class ExecutionPlanDescriptor:
             if have < need:
                 raise HipdnnError(Status.BAD_PARAM_SIZE_INSUFFICIENT,
                                   f"workspace of {have} bytes is smaller than the plan's {need} bytes")
+        check = self.handle.self_check and not self.self_checked and engine_name(self.handle, self.engine_id) != \
+            "NUMPY_REFERENCE"
+        if check or self.self_check_error is not None:
+            from hipdnn_iree import _selfcheck
+            _selfcheck.before_execute(self)
         self.plugin.execute_op_graph(self.context, variant_pack, workspace)
+        if check:
+            _selfcheck.after_execute(self, variant_pack)
 
     def release(self) -> None:
         if self.context is not None:
@@ -128,7 +138,8 @@ def build_execution_plan(handle: Handle, engine_id: int, op_graph: bytes, tensor
     except Exception as e:
         raise HipdnnError(Status.PLUGIN_ERROR, f"engine plugin {plugin_name(plugin)} failed to build the plan: "
                                                f"{type(e).__name__}: {e}") from None
-    return ExecutionPlanDescriptor(handle, engine_id, ws, tuple(sorted(tensor_uids)), plugin, ctx, config)
+    return ExecutionPlanDescriptor(handle, engine_id, ws, tuple(sorted(tensor_uids)), plugin, ctx, config,
+                                   op_graph=bytes(op_graph))
 
 
 def engine_name(handle: Handle, engine_id: int) -> str:

@@ -22,6 +22,7 @@ from lowering.ops.matmul import needs_relayout_barrier, propagation_barrier
 
 ENTRY_POINT = "main"
 REFLECTION_KEY = "hipdnn_iree.abi"
+GRAPH_KEY = "hipdnn_iree.graph"
 # History: 1 (2026-11-29) first layout: {"version", "graph", "target", "tensors": [...]}.
 ABI_FORMAT_VERSION = 1
 
@@ -42,10 +43,12 @@ def _mlir_string(s: str) -> str:
 def lower(graph_bytes: bytes, target: str = "llvm-cpu:host", verify: bool = True) -> Lowered:
     """Lowers a ``schemas/graph.fbs`` graph to MLIR text (parsed and verified by default)."""
     graph = decode_graph(graph_bytes)
-    return lower_graph(graph, target, verify)
+    return lower_graph(graph, target, verify, graph_bytes=graph_bytes)
 
 
-def lower_graph(graph: GraphDesc, target: str, verify: bool = True) -> Lowered:
+def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes: bytes | None = None) -> Lowered:
+    """``graph_bytes`` (the graph's FlatBuffer) goes into the module's reflection as ``hipdnn_iree.graph``
+    (base64): a restored plan can then be checked against the reference (hipdnn_iree/_selfcheck.py)."""
     if not graph.nodes:
         raise LoweringError(f"graph '{graph.name}' has no nodes")
     produced = graph.output_uids()
@@ -93,7 +96,12 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True) -> Lowered:
         results.append(em.transpose(v, lay.order))
     abi = {"version": ABI_FORMAT_VERSION, "graph": graph.name, "target": target,
            "entry": ENTRY_POINT, "tensors": abi_tensors}
-    refl = f"iree.reflection = {{{REFLECTION_KEY} = {_mlir_string(json.dumps(abi, separators=(',', ':')))}}}"
+    refl_graph = ""
+    if graph_bytes is not None:
+        import base64
+        refl_graph = f", {GRAPH_KEY} = \"{base64.b64encode(bytes(graph_bytes)).decode('ascii')}\""
+    refl = (f"iree.reflection = {{{REFLECTION_KEY} = {_mlir_string(json.dumps(abi, separators=(',', ':')))}"
+            f"{refl_graph}}}")
     res_types = ", ".join(r.type for r in results)
     header = (f"func.func @{ENTRY_POINT}({', '.join(args)}) -> ({res_types}) attributes {{{refl}}} {{")
     body = em.lines + [f"  return {', '.join(r.ssa for r in results)} : {res_types}"]

@@ -26,6 +26,7 @@ from hipdnn_iree.plugins._targets import Target, check_runs_on, parse_target
 ENGINE_NAME = "IREE_LINALG"
 ENGINE_ID = engine_id_from_name(ENGINE_NAME)
 _REFLECTION_KEY = "hipdnn_iree.abi"
+_GRAPH_KEY = "hipdnn_iree.graph"   # base64 of the op graph FlatBuffer (lowering/_lower.py)
 
 
 @dataclass
@@ -45,6 +46,7 @@ class IreeExecutionContext:
     variants: tuple = ()             # several-target plans: (Target, vmfb, compiler_version) of every module
     vm_module: object = None         # restored: the VmModule made from vmfb (wrap_buffer: no copy)
     in_place: bool = False           # restored: vm_module uses the plan's own bytes (a mapped file) in place
+    op_graph: bytes | None = None    # restored plans: the graph the module carries (self-check), if any
 
 
 def _tensors_from_abi(abi: dict) -> list[BoundTensor]:
@@ -441,5 +443,11 @@ class IreeLinalgPlugin:
         if plan.payload_kind == _fusplan.KIND_MULTI_TARGET:
             comp = ctx.compiler_version
             ctx.variants = tuple((parse_target(t), v, comp) for t, v in variants_raw)
+        if _GRAPH_KEY in refl:   # NOTE: plans from older releases do not carry it (hipdnn_iree/_selfcheck.py)
+            import base64
+            try:
+                ctx.op_graph = base64.b64decode(refl[_GRAPH_KEY], validate=True)
+            except ValueError:
+                raise HipdnnError(Status.PLUGIN_ERROR, "plan module's graph reflection is not base64") from None
         self._load(ctx)
         return ctx

@@ -1,0 +1,46 @@
+"""The GPU gate's scripts on the CPU: every block's graph, its PyTorch float64 reference and its input
+recipe agree with IREE on llvm-cpu (so a GPU failure of the gate is the GPU's), and the
+self-check script's plans carry (or, for the deliberately faulty one, lack) the CUDA workaround."""
+import json
+import os
+import sys
+
+import pytest
+
+from harness import REPO
+
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+import gpu_blocks  # noqa: E402
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+def test_every_block_passes_on_the_cpu(tmp_path, dt):
+    plans, out = str(tmp_path / "plans"), str(tmp_path / "out")
+    gpu_blocks.compile_all("llvm-cpu:host", plans, dtypes=[dt])
+    rc = gpu_blocks.run_all(plans, "local-task", out, rounds=1, calls=1)
+    res = json.load(open(os.path.join(out, "blocks.json")))["results"]
+    assert {r["block"] for r in res} == set(gpu_blocks.BLOCKS)
+    assert rc == 0, [r for r in res if not r["ok"]]
+    assert all(r["max_rel_err"] <= gpu_blocks.TOL[dt] for r in res)
+    assert "| bert_attention |" in open(os.path.join(out, "blocks.md")).read()
+
+
+def test_cuda_plans_record_their_workarounds(tmp_path):
+    gpu_blocks.compile_all("cuda:sm_80", str(tmp_path), names=["bert_attention", "resnet50_stem"], dtypes=["f16"])
+    m = {e["block"]: e for e in json.load(open(tmp_path / "manifest.json"))["blocks"]}
+    assert m["bert_attention"]["workarounds"] == ["mma-transpose-barrier"]
+    assert m["resnet50_stem"]["workarounds"] == ["conv-channels-last"]
+
+
+def test_selfcheck_script_plans(tmp_path):
+    import gpu_selfcheck
+    gpu_selfcheck.compile_all("cuda:sm_80", str(tmp_path))
+    plans = json.load(open(tmp_path / "manifest.json"))["plans"]
+    by = {(p["dtype"], p["variant"]): p["workarounds"] for p in plans}
+    assert by[("f16", "default")] == ["mma-transpose-barrier"]
+    assert by[("f16", "no_workaround")] == [] and by[("f32", "default")] == []
+    from lowering import _lower
+    from lowering.ops import sdpa
+    assert _lower.needs_relayout_barrier is sdpa.needs_relayout_barrier   # the monkeypatch was undone

@@ -1,0 +1,251 @@
+"""The workarounds of docs/known_issues.md, checked on the CPU: each test fails if its workaround is
+removed (the lowering or flag choice is asserted, and IREE's own dispatch IR is inspected for the
+faulty form), and the IR with the workaround still gives the reference's numbers here.
+
+1. CUDA f16/bf16 contractions with N before M (issue 15): a compute_barrier keeps IREE from moving
+   a transpose into a matmul (output relayouts, sdpa's V).
+2. f16/bf16 NCHW conv_fprop on CUDA: the channels-last preprocessing pass.
+3. f16/bf16 strided conv_dgrad on CUDA: no channels-last pass for dgrad-only graphs.
+"""
+import re
+
+import numpy as np
+import pytest
+
+import hipdnn_iree as hd
+from harness import random_array
+from lowering import lower
+from lowering.graph_ir import OpKind
+from lowering.ops import matmul as mm_lowering
+from lowering.ops import sdpa as sdpa_lowering
+from hipdnn_iree.plugins._targets import GPU_CONV_FLAGS, parse_target
+
+F, H, BF = hd.DataType.FLOAT, hd.DataType.HALF, hd.DataType.BFLOAT16
+P = hd.PointwiseMode
+BARRIER = "iree_tensor_ext.compute_barrier.start"
+CUDA = "cuda:sm_80"
+
+
+def _bytes(g, target=CUDA):
+    g.build_operation_graph(hd.create_handle(device=None, target=target))
+    return g.get_op_graph_bytes()
+
+
+def bert_attention(dt, b=2, s=128, heads=12, d=64, bias=True):
+    """Issue 15's graph: x -> per-head Q/K/V projections (+ bias) -> sdpa, output stored BSHD."""
+    e = heads * d
+    g = hd.Graph(name="bert_attention", io_data_type=dt, compute_data_type=F)
+    x = g.tensor(name="x", uid=1, dim=[b, 1, s, e])
+    qkv = []
+    for i, n in enumerate("qkv"):
+        w = g.tensor(name="w" + n, uid=2 + 2 * i, dim=[1, heads, e, d], stride=[heads * d * e, d * e, 1, e])
+        y = g.matmul(x, w)
+        if bias:
+            y = g.pointwise(y, g.tensor(name="b" + n, uid=3 + 2 * i, dim=[1, heads, 1, d]), mode=P.ADD)
+        qkv.append(y)
+    g.sdpa(*qkv, attn_scale=1.0 / 8).set_output(True).set_uid(100).set_stride([s * e, d, e, 1])
+    return g
+
+
+def matmul_transposed_out(dt, m=64, k=32, n=48, act=False, out_dt=None):
+    g = hd.Graph(io_data_type=dt, compute_data_type=F)
+    x = g.tensor(name="x", uid=1, dim=[2, m, k])
+    w = g.tensor(name="w", uid=2, dim=[1, k, n])
+    y = g.matmul(x, w)
+    if act:
+        y = g.pointwise(y, mode=P.RELU_FWD)
+    y.set_output(True).set_uid(3).set_stride([m * n, 1, m])
+    if out_dt is not None:
+        y.set_data_type(out_dt)
+    return g
+
+
+def _without_workaround(monkeypatch):
+    from lowering import _lower
+    never = lambda *a: False  # noqa: E731
+    monkeypatch.setattr(_lower, "needs_relayout_barrier", never)
+    monkeypatch.setattr(sdpa_lowering, "needs_relayout_barrier", never)
+
+
+# -- 1: where the barrier goes ----------------------------------------------------------------------
+def test_guard_rule():
+    assert mm_lowering.cuda_mma_guard("cuda:sm_80", "f16", "f16")
+    assert mm_lowering.cuda_mma_guard("cuda:sm_89", "f32", "bf16")
+    assert not mm_lowering.cuda_mma_guard("cuda:sm_80", "f32", "f32")
+    assert not mm_lowering.cuda_mma_guard("rocm:gfx942", "f16", "f16")
+    assert not mm_lowering.cuda_mma_guard("llvm-cpu:host", "f16", "f16")
+
+
+@pytest.mark.parametrize("dt", [H, BF], ids=lambda d: d.name)
+def test_bert_attention_v_behind_barrier_on_cuda(dt):
+    mlir = lower(_bytes(bert_attention(dt)), target=CUDA).mlir
+    assert mlir.count(BARRIER) == 1, mlir
+    # the barrier's result is the attention op's V operand
+    bar = re.search(rf"(%\w+) = {re.escape(BARRIER)}", mlir).group(1)
+    att = re.search(r"iree_linalg_ext.attention .*? ins\(([^:]*):", mlir).group(1)
+    assert [a.strip() for a in att.split(",")][2] == bar
+
+
+@pytest.mark.parametrize("target,dt", [(CUDA, F), ("rocm:gfx942", H), ("rocm:gfx90a", BF), ("llvm-cpu:host", H)])
+def test_no_barrier_where_not_needed(target, dt):
+    assert BARRIER not in lower(_bytes(bert_attention(dt), target), target=target).mlir
+    assert BARRIER not in lower(_bytes(matmul_transposed_out(dt), target), target=target).mlir
+
+
+@pytest.mark.parametrize("act", [False, True], ids=["matmul", "matmul-relu"])
+def test_transposed_matmul_output_behind_barrier_on_cuda(act):
+    mlir = lower(_bytes(matmul_transposed_out(H, act=act)), target=CUDA).mlir
+    bar = re.search(rf"(%\w+) = {re.escape(BARRIER)}", mlir).group(1)
+    assert re.search(rf"linalg.transpose ins\({re.escape(bar)} ", mlir), mlir
+
+
+def test_no_barrier_for_plain_layouts_or_non_matmul_producers():
+    g = hd.Graph(io_data_type=H, compute_data_type=F)   # matmul stored row-major: no relayout
+    x, w = g.tensor(name="x", uid=1, dim=[2, 64, 32]), g.tensor(name="w", uid=2, dim=[1, 32, 48])
+    g.matmul(x, w).set_output(True).set_uid(3)
+    assert BARRIER not in lower(_bytes(g), target=CUDA).mlir
+    g = hd.Graph(io_data_type=H, compute_data_type=F)   # transposed output of a pointwise op only
+    x = g.tensor(name="x", uid=1, dim=[2, 64, 48])
+    g.pointwise(x, mode=P.RELU_FWD).set_output(True).set_uid(3).set_stride([64 * 48, 1, 64])
+    assert BARRIER not in lower(_bytes(g), target=CUDA).mlir
+
+
+# -- 1: IREE's dispatch IR keeps every f16/bf16 contraction M-before-N ------------------------------
+def _maps(text):
+    return [[d.strip() for d in m.split(",") if d.strip()] for m in re.findall(r"affine_map<\([^)]*\) -> \(([^)]*)\)>", text)]
+
+
+def n_before_m_contractions(flow_ir: str) -> list[str]:
+    """Names of the dispatches holding an f16/bf16 x f16/bf16 -> f32 contraction whose innermost N
+    loop (second operand and result) comes before its innermost M loop (first operand and result)."""
+    found = []
+    for fn in re.split(r"func.func @", flow_ir)[1:]:
+        name = fn.split("(", 1)[0]
+        for gen in re.finditer(r"linalg.generic \{indexing_maps = \[(.*?)\], iterator_types = \[(.*?)\]\} "
+                               r"ins\([^:]*: tensor<[0-9x]*x(\w+)>, tensor<[0-9x]*x(\w+)>\) outs\([^:]*: tensor<[0-9x]*x(\w+)>",
+                               fn):
+            maps, its, a_t, b_t, o_t = gen.groups()
+            if its.count("reduction") != 1 or a_t not in ("f16", "bf16") or o_t != "f32":
+                continue
+            lhs, rhs, out = (set(m) for m in _maps(maps)[:3])
+            ms, ns = (lhs & out) - rhs, (rhs & out) - lhs
+            if ms and ns:
+                inner = lambda dims: max(int(d[1:]) for d in dims if d.startswith("d"))  # noqa: E731
+                if inner(ns) < inner(ms):
+                    found.append(name)
+    return found
+
+
+def _flow(mlir: str, flags=()) -> str:
+    import iree.compiler.tools as tools
+    return tools.compile_str(mlir, target_backends=["cuda"],
+                             extra_args=["--iree-cuda-target=sm_80", "--compile-to=flow", *flags]).decode()
+
+
+def test_checker_finds_the_faulty_form():
+    """The reproducer has the faulty form and its control does not (the checker can fail)."""
+    import os
+    repro = os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs", "repro")
+    assert n_before_m_contractions(_flow(open(os.path.join(repro, "mma_n_before_m.mlir")).read()))
+    assert not n_before_m_contractions(_flow(open(os.path.join(repro, "mma_m_before_n.mlir")).read()))
+
+
+@pytest.mark.parametrize("dt", [H, BF], ids=lambda d: d.name)
+def test_iree_makes_no_n_before_m_contraction_with_the_workaround(dt, monkeypatch):
+    for g in (bert_attention(dt), matmul_transposed_out(dt)):
+        data = _bytes(g)
+        assert not n_before_m_contractions(_flow(lower(data, target=CUDA).mlir))
+    _without_workaround(monkeypatch)   # what IREE 3.13 does without it: the BERT V projection goes wrong
+    assert n_before_m_contractions(_flow(lower(_bytes(bert_attention(dt)), target=CUDA).mlir))
+    assert n_before_m_contractions(_flow(lower(_bytes(matmul_transposed_out(dt)), target=CUDA).mlir))
+
+
+# -- 1: the barrier changes no numbers (the CUDA lowering compiled for this CPU) ---------------------
+def _run_on_cpu(mlir: str, args: list) -> np.ndarray:
+    import iree.compiler.tools as tools
+    import iree.runtime as rt
+    vmfb = tools.compile_str(mlir, target_backends=["llvm-cpu"], extra_args=["--iree-llvmcpu-target-cpu=host"])
+    ctx = rt.SystemContext(config=rt.Config("local-task"))
+    ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
+    return np.asarray(ctx.modules.module.main(*args).to_host())
+
+
+def _sdpa64(q, k, v, scale):
+    s = np.einsum("bhqd,bhkd->bhqk", q, k) * scale
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return np.einsum("bhqk,bhkd->bhqd", p / p.sum(-1, keepdims=True), v)
+
+
+def test_cuda_ir_with_barriers_is_right_on_the_cpu(rng):
+    b, s, heads, d = 1, 16, 2, 8
+    e = heads * d
+    mlir = lower(_bytes(bert_attention(H, b, s, heads, d)), target=CUDA).mlir
+    assert BARRIER in mlir
+    x = random_array([b, 1, s, e], H, rng)
+    ws = [random_array([1, heads, d, e], H, rng, -0.5, 0.5) for _ in range(3)]   # memory order [1, H, D, E]
+    bs = [random_array([1, heads, 1, d], H, rng) for _ in range(3)]
+    args = [x, ws[0], bs[0], ws[1], bs[1], ws[2], bs[2], np.zeros([b, s, heads, d], np.float16)]
+    got = _run_on_cpu(mlir, args).astype(np.float64)                 # memory order [B, S, H, D]
+    q, k, v = (np.einsum("bse,hde->bhsd", x[:, 0].astype(np.float64), w[0].astype(np.float64))
+               + bb[0][None].astype(np.float64) for w, bb in zip(ws, bs))
+    want = _sdpa64(q, k, v, 1.0 / 8).transpose(0, 2, 1, 3)
+    assert np.abs(got - want).max() <= 2e-3 * np.abs(want).max()
+
+    mlir = lower(_bytes(matmul_transposed_out(H, out_dt=F)), target=CUDA).mlir
+    assert BARRIER in mlir
+    xa, wa = random_array([2, 64, 32], H, rng), random_array([1, 32, 48], H, rng)
+    got = _run_on_cpu(mlir, [xa, wa, np.zeros([2, 48, 64], np.float32)])
+    want = np.einsum("bmk,kn->bnm", xa.astype(np.float64), wa[0].astype(np.float64))
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+# -- 2 and 3: the conv flags -----------------------------------------------------------------------
+def _conv_graph(kinds, dt=H):
+    g = hd.Graph(io_data_type=dt, compute_data_type=F)
+    if "fprop" in kinds:
+        x = g.tensor(name="x", uid=1, dim=[1, 32, 16, 16], stride=[16 * 16 * 32, 1, 16 * 32, 32])
+        w = g.tensor(name="w", uid=2, dim=[64, 32, 3, 3], stride=[9 * 32, 1, 3 * 32, 32])
+        g.conv_fprop(x, w, padding=[1, 1], stride=[1, 1], dilation=[1, 1]).set_output(True).set_uid(3) \
+            .set_stride([16 * 16 * 64, 1, 16 * 64, 64])
+    if "dgrad" in kinds:
+        dy = g.tensor(name="dy", uid=11, dim=[4, 64, 14, 14])
+        w = g.tensor(name="wd", uid=12, dim=[64, 32, 3, 3])
+        g.conv_dgrad(dy, w, padding=[1, 1], stride=[2, 2], dilation=[1, 1]).set_output(True).set_uid(13) \
+            .set_dim([4, 32, 28, 28])
+    return g
+
+
+@pytest.mark.parametrize("target", [CUDA, "rocm:gfx942"])
+def test_conv_flags_per_graph(target):
+    t = parse_target(target)
+    assert t.graph_flags([OpKind.CONV_FPROP]) == list(GPU_CONV_FLAGS)
+    assert t.graph_flags([OpKind.CONV_WGRAD]) == list(GPU_CONV_FLAGS)
+    assert t.graph_flags([OpKind.CONV_DGRAD]) == []                          # issue 3
+    assert t.graph_flags([OpKind.CONV_FPROP, OpKind.CONV_DGRAD]) == list(GPU_CONV_FLAGS)   # documented limit
+    assert t.graph_flags([OpKind.MATMUL]) == []
+    assert parse_target("llvm-cpu:host").graph_flags([OpKind.CONV_FPROP]) == []
+    assert "iree-preprocessing-convert-conv-to-channels-last" in GPU_CONV_FLAGS[0]
+
+
+def test_built_cuda_conv_plans_carry_their_flags():
+    h = hd.create_handle(device=None, target=CUDA, cache=False)
+    g = _conv_graph(["fprop"])
+    g.build(h)
+    assert set(GPU_CONV_FLAGS) <= set(g.get_execution_plan().context.compile_flags)
+    g = _conv_graph(["dgrad"])
+    g.build(h)
+    assert not set(GPU_CONV_FLAGS) & set(g.get_execution_plan().context.compile_flags)
+
+
+def _conv_dispatches(g):
+    data = _bytes(g)
+    from lowering.graph_ir import decode_graph
+    flags = parse_target(CUDA).graph_flags([n.kind for n in decode_graph(data).nodes])
+    return re.findall(r"func.func @main_dispatch_\d+_(conv_[0-9x]+)_", _flow(lower(data, target=CUDA).mlir, flags))
+
+
+def test_conv_forms_iree_compiles():
+    """fprop becomes IREE's channels-last conv (output [.., h, w, f]; the NCHW form [.., f, h, w] is the
+    faulty one); dgrad-only graphs keep the NCHW form that is right for them."""
+    assert _conv_dispatches(_conv_graph(["fprop"])) == ["conv_16x16x64x3x3x32"]
+    assert _conv_dispatches(_conv_graph(["dgrad"])) == ["conv_4x32x28x28x64x3x3"]
