@@ -249,3 +249,13 @@ def test_conv_forms_iree_compiles():
     faulty one); dgrad-only graphs keep the NCHW form that is right for them."""
     assert _conv_dispatches(_conv_graph(["fprop"])) == ["conv_16x16x64x3x3x32"]
     assert _conv_dispatches(_conv_graph(["dgrad"])) == ["conv_4x32x28x28x64x3x3"]
+
+
+@pytest.mark.parametrize("target", ["rocm:gfx942", "rocm:gfx90a"])
+def test_bert_attention_still_compiles_for_rocm(target):
+    h = hd.create_handle(device=None, target=target, cache=False)
+    for dt in (H, BF):
+        g = bert_attention(dt, s=64, heads=4)
+        g.build(h)
+        ctx = g.get_execution_plan().context
+        assert BARRIER not in ctx.mlir and ctx.dispatch_count == 4
