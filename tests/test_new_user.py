@@ -259,3 +259,20 @@ def test_nhwc_conv_bias_relu_output_allocated_like_the_input(cpu, rng):
     g.execute(cpu, {1: tx, 2: tw, 3: tb, 4: out})
     ref = torch.relu(torch.nn.functional.conv2d(tx.double(), tw.double(), padding=1) + tb.double())
     np.testing.assert_allclose(out.double().numpy(), ref.numpy(), rtol=1e-4, atol=1e-4)
+
+
+# -- found while writing docs/api.md: DOUBLE tensors ------------------------------------------------
+
+def test_double_outputs_and_inputs_hold_float64_results(cpu, rng):
+    """IREE demotes f64 to f32 unless told not to: a DOUBLE output used to hold garbage, silently."""
+    g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+    a = g.tensor(name="a", uid=1, dim=[3, 4])
+    d = g.tensor(name="d", uid=2, dim=[3, 4], data_type=hd.DataType.DOUBLE)
+    y = g.pointwise(g.pointwise(a, mode=P.ABS), d, mode=P.MUL, compute_data_type=hd.DataType.DOUBLE)
+    y.set_output(True).set_uid(3).set_data_type(hd.DataType.DOUBLE)
+    g.build(cpu)
+    xa = rng.uniform(-2, 2, (3, 4)).astype(np.float32)
+    xd = rng.uniform(-2, 2, (3, 4))
+    out = np.full((3, 4), 7.0)
+    g.execute(cpu, {1: xa, 2: xd, 3: out})
+    np.testing.assert_allclose(out, np.abs(xa.astype(np.float64)) * xd, rtol=1e-12)

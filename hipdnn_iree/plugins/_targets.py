@@ -36,14 +36,22 @@ class Target:
             return ["--iree-hal-target-device=hip", f"--iree-rocm-target={self.arch}"]
         return ["--iree-hal-target-device=cuda", f"--iree-cuda-target={self.arch}"]
 
-    def graph_flags(self, op_kinds) -> list[str]:
-        """Flags that depend on the graph's op kinds (see GPU_CONV_FLAGS)."""
+    def graph_flags(self, op_kinds, has_double: bool = False) -> list[str]:
+        """Flags that depend on the graph: its op kinds (see GPU_CONV_FLAGS) and DOUBLE tensors.
+
+        NOTE: IREE demotes f64 to f32 by default, which leaves a DOUBLE output buffer holding f32
+        bit patterns (garbage, silently); graphs with DOUBLE tensors compile with real f64.
+        """
         from lowering.graph_ir import OpKind
         kinds = set(op_kinds)
+        flags = [DOUBLE_FLAG] if has_double else []
         if (self.backend in ("rocm", "cuda") and kinds & {OpKind.CONV_FPROP, OpKind.CONV_WGRAD}
                 and (OpKind.CONV_DGRAD not in kinds or OpKind.CONV_FPROP in kinds)):
-            return list(GPU_CONV_FLAGS)
-        return []
+            flags += list(GPU_CONV_FLAGS)
+        return flags
+
+
+DOUBLE_FLAG = "--iree-input-demote-f64-to-f32=false"
 
 
 def parse_target(text: str) -> Target:

@@ -206,10 +206,12 @@ class IreeLinalgPlugin:
         from hipdnn_iree import _cache
         from lowering import decode_graph
         try:
-            kinds = [n.kind for n in decode_graph(op_graph).nodes]
+            desc = decode_graph(op_graph)
         except LoweringError as e:
             raise HipdnnError(Status.BAD_PARAM, f"IREE_LINALG cannot read the op graph: {e}") from None
-        flags = tuple(self.compile_flags) + tuple(self.target.graph_flags(kinds))
+        has_double = any(t.data_type == DataType.DOUBLE for t in desc.tensors) or any(
+            n.compute_data_type == DataType.DOUBLE for n in desc.nodes) or desc.compute_data_type == DataType.DOUBLE
+        flags = tuple(self.compile_flags) + tuple(self.target.graph_flags([n.kind for n in desc.nodes], has_double))
         store = _cache.resolve(self.cache)
         key = store.key_for(op_graph, self.target, flags) if store is not None else None
         hit = store.get(key) if store is not None else None
