@@ -177,7 +177,7 @@ def _bare_invoke(r, t):
     """A bare IREE call of the same module on pre-imported buffer views (the runtime's floor)."""
     ctx = r.get_execution_plan().context
     mod = ctx.module
-    from hipdnn_iree._buffers import bind_device_pack
+    from hipdnn_iree.plugin_sdk.buffers import bind_device_pack
     dense = bind_device_pack(ctx.tensors, t, "cuda")
     views = [mod.dlpack_view(dense[x.uid]) for x in ctx.tensors]
     n_out = sum(1 for x in ctx.tensors if x.role == "output")

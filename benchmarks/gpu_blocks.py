@@ -377,7 +377,7 @@ def run_all(plans: str, device: str, out: str | None, rounds: int = 5, calls: in
             tensors = r.get_compiled_plan_tensors()
             t = _inputs(torch, tensors, dt, tdev)
             if tdev == "cpu":
-                from hipdnn_iree._selfcheck import to_host
+                from hipdnn_iree.backend.selfcheck import to_host
                 pack = {u: (to_host(v) if v.dtype != torch.bfloat16 else v) for u, v in t.items()}
             else:
                 pack = t

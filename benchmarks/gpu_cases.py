@@ -198,7 +198,7 @@ CONV_VARIANTS = {
 
 
 def compile_all(target: str, out: str, names=None, variants: bool = False) -> None:
-    from hipdnn_iree.plugins import _targets
+    from hipdnn_iree.plugins.iree_linalg import targets as _targets
     from hipdnn_iree.plugins.iree_linalg import ENGINE_ID
     os.makedirs(out, exist_ok=True)
     default_gpu_flags = _targets.GPU_CONV_FLAGS

@@ -1,4 +1,4 @@
-"""The self-check (hipdnn_iree/_selfcheck.py) on a GPU: restored plans, torch CUDA tensors.
+"""The self-check (hipdnn_iree/backend/selfcheck.py) on a GPU: restored plans, torch CUDA tensors.
 
     python benchmarks/gpu_selfcheck.py compile --target cuda:sm_80 --out .gpu_selfcheck   # build machine
     python benchmarks/gpu_selfcheck.py run --plans .gpu_selfcheck --out DIR                # GPU machine

@@ -53,8 +53,8 @@ CHILD = textwrap.dedent("""
 def make_plan(path: str, mb: int) -> int:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data"))
     import hipdnn_iree as hd
-    from hipdnn_iree import _envelope
-    from hipdnn_iree.plugins import _fusplan
+    from hipdnn_iree.backend import envelope as _envelope
+    from hipdnn_iree.plugins.iree_linalg import fusplan as _fusplan
     from make_corpus import build
     h = hd.create_handle(target="llvm-cpu:x86-64")
     g = build()

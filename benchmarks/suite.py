@@ -48,8 +48,8 @@ def timed(fn, min_runs: int, min_time: float, max_runs: int = 10_000) -> list[fl
 def _bare_runtime(plan: bytes, case: Case):
     """A plain iree.runtime invocation of the plan's module: (call, output memory images)."""
     import iree.runtime as ireert
-    from hipdnn_iree import _envelope
-    from hipdnn_iree.plugins import _fusplan
+    from hipdnn_iree.backend import envelope as _envelope
+    from hipdnn_iree.plugins.iree_linalg import fusplan as _fusplan
     vmfb = _fusplan.unpack(_envelope.decode(plan).plugin_payload).body
     inst = ireert.VmInstance()
     dev = ireert.get_driver("local-task").create_default_device()
@@ -84,7 +84,7 @@ def _pack(case: Case):
 
 def measure_case(case: Case, handles: dict, repeats: int, cold_repeats: int, min_time: float) -> dict:
     """Every measurement of one case; seconds lists under ``times``, plus derived numbers."""
-    from hipdnn_iree import _cache
+    from hipdnn_iree.plugins.iree_linalg import cache as _cache
     exec_h = handles["cold"]
     times = {p: [] for p in PHASES}
     for _ in range(cold_repeats):

@@ -1,21 +1,27 @@
 """hipdnn-iree: hipDNN's graph API on IREE, with compiled plans that restore without recompiling.
 
+This module is the public surface: it only re-exports. The layers below it, each a subpackage
+whose imports point only downward: ``frontend`` (graphs, ops) -> ``backend`` (handles, plans,
+envelope) -> ``plugins`` (the IREE and numpy engines) -> ``plugin_sdk`` (errors, enums, buffers)
+-> ``flatbuffers_sdk`` (generated schema code) -> ``lowering`` (graph -> linalg MLIR, a package of
+its own). ``cli`` sits beside this module, on top. ``docs/architecture.md`` draws the map.
+
 Example:
     >>> import hipdnn_iree as hd
     >>> hd.Status.BAD_PARAM
     <Status.BAD_PARAM: 2>
 """
-from hipdnn_iree._version import __version__
-from hipdnn_iree._status import HipdnnError, Status
-from hipdnn_iree._types import DataType, NormFwdPhase, PointwiseMode, ReductionMode
-from hipdnn_iree._engine_ids import engine_id_from_name
-from hipdnn_iree._handle import Handle, create_handle
-from hipdnn_iree._tensor import TensorAttributes
-from hipdnn_iree._graph import Graph
-from hipdnn_iree._planfile import load_plan, save_plan
-from hipdnn_iree._buffers import empty_aligned
+from hipdnn_iree.plugin_sdk.version import __version__
+from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
+from hipdnn_iree.plugin_sdk.types import DataType, NormFwdPhase, PointwiseMode, ReductionMode
+from hipdnn_iree.plugin_sdk.engine_ids import engine_id_from_name
+from hipdnn_iree.backend.handle import Handle, create_handle
+from hipdnn_iree.frontend.tensor import TensorAttributes
+from hipdnn_iree.frontend.graph import Graph
+from hipdnn_iree.backend.planfile import load_plan, save_plan
+from hipdnn_iree.plugin_sdk.buffers import empty_aligned
 from hipdnn_iree import backend
-from hipdnn_iree.backend import PlanTensor
+from hipdnn_iree.backend.plan import PlanTensor
 
 __all__ = [
     "DataType", "Graph", "Handle", "HipdnnError", "NormFwdPhase", "PlanTensor", "PointwiseMode", "ReductionMode", "Status",

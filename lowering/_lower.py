@@ -48,7 +48,7 @@ def lower(graph_bytes: bytes, target: str = "llvm-cpu:host", verify: bool = True
 
 def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes: bytes | None = None) -> Lowered:
     """``graph_bytes`` (the graph's FlatBuffer) goes into the module's reflection as ``hipdnn_iree.graph``
-    (base64): a restored plan can then be checked against the reference (hipdnn_iree/_selfcheck.py)."""
+    (base64): a restored plan can then be checked against the reference (hipdnn_iree/backend/selfcheck.py)."""
     if not graph.nodes:
         raise LoweringError(f"graph '{graph.name}' has no nodes")
     produced = graph.output_uids()

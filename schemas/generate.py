@@ -18,9 +18,9 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # schema file -> committed generated module
 TARGETS = {
-    "execution_plan.fbs": ROOT / "hipdnn_iree" / "_fbs" / "execution_plan_generated.py",
-    "execution_plan_v2_legacy.fbs": ROOT / "hipdnn_iree" / "_fbs" / "execution_plan_v2_legacy_generated.py",
-    "fusplan_metadata.fbs": ROOT / "hipdnn_iree" / "_fbs" / "fusplan_metadata_generated.py",
+    "execution_plan.fbs": ROOT / "hipdnn_iree" / "flatbuffers_sdk" / "execution_plan_generated.py",
+    "execution_plan_v2_legacy.fbs": ROOT / "hipdnn_iree" / "flatbuffers_sdk" / "execution_plan_v2_legacy_generated.py",
+    "fusplan_metadata.fbs": ROOT / "hipdnn_iree" / "flatbuffers_sdk" / "fusplan_metadata_generated.py",
     "graph.fbs": ROOT / "lowering" / "_fbs" / "graph_generated.py",
 }
 

@@ -22,7 +22,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import hipdnn_iree as hd
-from hipdnn_iree import _envelope
+from hipdnn_iree.backend import envelope as _envelope
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -11,7 +11,7 @@ from textwrap import dedent as _dedent
 import numpy as np
 
 import hipdnn_iree as hd
-from hipdnn_iree._buffers import numpy_dtype
+from hipdnn_iree.plugin_sdk.buffers import numpy_dtype
 from tolerances import tolerance
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -13,7 +13,7 @@ import re
 import hipdnn_iree as hd
 from harness import REPO
 from hipdnn_iree import backend
-from hipdnn_iree._infer import FRONTEND_METHODS
+from hipdnn_iree.frontend.ops.registry import FRONTEND_METHODS
 from lowering.graph_ir import OpKind
 from lowering.ops.pointwise import ARITY
 

@@ -1,4 +1,4 @@
-"""Persistent compile cache (hipdnn_iree/_cache.py): reuse across processes, keys, bypass,
+"""Persistent compile cache (hipdnn_iree/plugins/iree_linalg/cache.py): reuse across processes, keys, bypass,
 damaged entries, LRU eviction and concurrent writers. Every test points the cache at its own
 temporary folder, so nothing here reads or writes the user's cache."""
 import os
@@ -9,8 +9,8 @@ import textwrap
 import pytest
 
 import hipdnn_iree as hd
-from hipdnn_iree import _cache
-from hipdnn_iree.plugins._targets import parse_target
+from hipdnn_iree.plugins.iree_linalg import cache as _cache
+from hipdnn_iree.plugins.iree_linalg.targets import parse_target
 from harness import BLOCK_COMPILER, REPO, run_python
 
 GRAPH = textwrap.dedent("""
@@ -34,7 +34,7 @@ GRAPH = textwrap.dedent("""
 
 
 BUILD_AND_REPORT = textwrap.dedent("""
-    from hipdnn_iree import _cache
+    from hipdnn_iree.plugins.iree_linalg import cache as _cache
     h = hd.create_handle()
     g = build()
     t0 = time.perf_counter()

@@ -15,15 +15,15 @@ CORPUS = sorted(glob.glob(os.path.join(REPO, "tests", "data", "*.plan")))
 
 
 def test_corpus_has_every_envelope_version():
-    from hipdnn_iree import _envelope
+    from hipdnn_iree.backend import envelope as _envelope
     versions = {_envelope.decode(open(p, "rb").read()).version for p in CORPUS}
     assert versions >= set(_envelope.SUPPORTED_VERSIONS), versions
 
 
 def test_corpus_has_every_payload_format():
     """FUSPLAN 1.0 (hipdnn-iree 0.1, in envelopes v1 and v2), 1.1 kind 2 and 1.1 kind 3."""
-    from hipdnn_iree import _envelope
-    from hipdnn_iree.plugins import _fusplan
+    from hipdnn_iree.backend import envelope as _envelope
+    from hipdnn_iree.plugins.iree_linalg import fusplan as _fusplan
     found = set()
     for p in CORPUS:
         fp = _fusplan.unpack(_envelope.decode(open(p, "rb").read()).plugin_payload)

@@ -7,7 +7,7 @@ import pytest
 
 import hipdnn_iree as hd
 from harness import compare_engines, empty_like_tensor, filecheck, lowered_mlir, random_array
-from hipdnn_iree.plugins._reference_conv import conv_data_grad, conv_filter_grad, conv_forward
+from hipdnn_iree.plugins.numpy_reference.conv import conv_data_grad, conv_filter_grad, conv_forward
 
 F, H, B = hd.DataType.FLOAT, hd.DataType.HALF, hd.DataType.BFLOAT16
 

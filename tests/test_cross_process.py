@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import hipdnn_iree as hd
-from hipdnn_iree import _envelope
-from hipdnn_iree.plugins import _fusplan
+from hipdnn_iree.backend import envelope as _envelope
+from hipdnn_iree.plugins.iree_linalg import fusplan as _fusplan
 from harness import BLOCK_COMPILER, run_python
 
 GRAPH_CODE = textwrap.dedent("""

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import hipdnn_iree as hd
-from hipdnn_iree import _envelope
+from hipdnn_iree.backend import envelope as _envelope
 from harness import REPO, raises, random_array
 from test_schemas import _flatc
 

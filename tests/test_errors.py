@@ -158,7 +158,8 @@ def test_lifecycle_order_and_handles():
 
 def test_compile_errors_carry_iree_diagnostics(monkeypatch):
     """Force bad MLIR into the compiler: the error carries IREE's diagnostics and the MLIR."""
-    from hipdnn_iree.plugins import _compile, _targets
+    from hipdnn_iree.plugins.iree_linalg import compile as _compile
+    from hipdnn_iree.plugins.iree_linalg import targets as _targets
     e = raises(S.INTERNAL_ERROR, lambda: _compile.compile_mlir("func.func @main() { bogus.op }",
                                                                _targets.parse_target("llvm-cpu")))
     assert "IREE diagnostics" in str(e) and "bogus.op" in str(e) and "error:" in str(e)

@@ -87,8 +87,8 @@ def test_fused_graph(cpu, rng, factory, dispatches):
 
 
 def test_every_op_kind_has_all_four_pieces():
-    from hipdnn_iree._infer import FRONTEND_METHODS, INFER
-    from hipdnn_iree.plugins._reference_ops import REFERENCES
+    from hipdnn_iree.frontend.ops.registry import FRONTEND_METHODS, INFER
+    from hipdnn_iree.plugins.numpy_reference.registry import REFERENCES
     from lowering import ATTRS_BY_KIND, LOWERINGS, OpKind
     missing = []
     for kind in OpKind:

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import hipdnn_iree as hd
-from hipdnn_iree import _envelope
-from hipdnn_iree.plugins import _fusplan
+from hipdnn_iree.backend import envelope as _envelope
+from hipdnn_iree.plugins.iree_linalg import fusplan as _fusplan
 
 S = hd.Status
 
@@ -67,7 +67,7 @@ def test_one_plan_for_several_amd_archs_is_kind_3():
 def test_gpu_conv_flags_follow_the_graph():
     """Channels-last conv compilation on GPUs except for graphs whose convs are only dgrad
     (measured on an H200: see docs/performance.md)."""
-    from hipdnn_iree.plugins._targets import GPU_CONV_FLAGS, parse_target
+    from hipdnn_iree.plugins.iree_linalg.targets import GPU_CONV_FLAGS, parse_target
     from lowering import OpKind
     cuda, cpu = parse_target("cuda:sm_80"), parse_target("llvm-cpu")
     assert cuda.graph_flags([OpKind.CONV_FPROP, OpKind.POINTWISE]) == list(GPU_CONV_FLAGS)

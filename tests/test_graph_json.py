@@ -1,4 +1,4 @@
-"""Graph JSON (hipdnn_iree/_graph_json.py): every op kind round-trips to the same canonical graph
+"""Graph JSON (hipdnn_iree/frontend/graph_json.py): every op kind round-trips to the same canonical graph
 bytes, through the descriptors and through ``Graph.to_json`` / ``Graph.from_json``; bad documents
 are BAD_PARAM errors naming the problem."""
 import dataclasses
@@ -9,7 +9,7 @@ import math
 import pytest
 
 import hipdnn_iree as hd
-from hipdnn_iree import _graph_json
+from hipdnn_iree.frontend import graph_json as _graph_json
 from lowering.graph_ir import ABSENT, ATTRS_BY_KIND, GraphDesc, NodeDesc, OpKind, TensorDesc, encode_graph
 
 F = hd.DataType.FLOAT

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import hipdnn_iree as hd
-from hipdnn_iree import _envelope, backend
-from hipdnn_iree.plugins import _fusplan
+from hipdnn_iree import backend
+from hipdnn_iree.backend import envelope as _envelope
+from hipdnn_iree.plugins.iree_linalg import fusplan as _fusplan
 from hipdnn_iree.plugins.iree_linalg import IreeLinalgPlugin
 from harness import raises, random_array, run_python
 

@@ -18,7 +18,7 @@ from lowering import lower
 from lowering.graph_ir import OpKind
 from lowering.ops import matmul as mm_lowering
 from lowering.ops import sdpa as sdpa_lowering
-from hipdnn_iree.plugins._targets import GPU_CONV_FLAGS, parse_target
+from hipdnn_iree.plugins.iree_linalg.targets import GPU_CONV_FLAGS, parse_target
 
 F, H, BF = hd.DataType.FLOAT, hd.DataType.HALF, hd.DataType.BFLOAT16
 P = hd.PointwiseMode

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 import hipdnn_iree as hd
-from hipdnn_iree import _envelope
-from hipdnn_iree.plugins import _fusplan, _multitarget
+from hipdnn_iree.backend import envelope as _envelope
+from hipdnn_iree.plugins.iree_linalg import fusplan as _fusplan
+from hipdnn_iree.plugins.iree_linalg import multitarget as _multitarget
 from hipdnn_iree.plugins.iree_linalg import IreeLinalgPlugin
 from harness import raises, random_array, run_python
 
@@ -101,7 +102,7 @@ def test_no_runnable_entry_names_every_target_and_the_device(six):
 
 def test_selection_rules():
     choose = _multitarget.choose
-    from hipdnn_iree.plugins._targets import parse_target as T
+    from hipdnn_iree.plugins.iree_linalg.targets import parse_target as T
     # AMD: the exact gfx arch only
     assert choose(SIX, "hip://0", T("rocm:gfx942")) == 1
     assert choose(SIX, "hip://0", T("rocm:gfx1100")) == 3

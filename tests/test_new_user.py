@@ -35,7 +35,7 @@ def test_torch_bfloat16_cpu_tensors_bind_without_copy(cpu, rng):
     err = (c.double() - ref).abs().max().item() / ref.abs().max().item()
     assert err < 1e-2, err                  # bf16 output rounding (8 bits of mantissa)
     # the bound view is the tensor's own memory: a second call writes into the same storage
-    from hipdnn_iree._buffers import _host_from_dlpack
+    from hipdnn_iree.plugin_sdk.buffers import _host_from_dlpack
     assert _host_from_dlpack(c).__array_interface__["data"][0] == c.data_ptr()
 
 

@@ -559,8 +559,8 @@ def test_lowering_rejects_bad_graph_bytes():
 
 
 def test_every_norm_op_is_registered():
-    from hipdnn_iree._infer import FRONTEND_METHODS, INFER
-    from hipdnn_iree.plugins._reference_ops import REFERENCES
+    from hipdnn_iree.frontend.ops.registry import FRONTEND_METHODS, INFER
+    from hipdnn_iree.plugins.numpy_reference.registry import REFERENCES
     from lowering import LOWERINGS, OpKind
     for kind in (OpKind.REDUCTION, OpKind.BATCHNORM_INFERENCE, OpKind.LAYERNORM, OpKind.RMSNORM):
         assert kind in INFER and kind in LOWERINGS and kind in REFERENCES

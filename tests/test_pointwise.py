@@ -88,7 +88,7 @@ def test_parameters_are_honoured(cpu, rng):
 
 def test_reference_hand_values():
     """The oracle itself, on values derived by hand."""
-    from hipdnn_iree.plugins._reference_ops import pointwise
+    from hipdnn_iree.plugins.numpy_reference.pointwise import pointwise
     x = np.array([-1.0, 0.0, 2.0])
     np.testing.assert_allclose(pointwise(M.RELU_FWD, [x]), [0, 0, 2])
     np.testing.assert_allclose(pointwise(M.GELU_FWD, [x]), [-0.15865525393145707, 0.0, 1.9544997361036416])

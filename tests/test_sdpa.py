@@ -14,7 +14,7 @@ import pytest
 
 import hipdnn_iree as hd
 from harness import compare_engines, filecheck, lowered_mlir, random_array
-from hipdnn_iree.plugins._reference_sdpa import sdpa as ref_sdpa
+from hipdnn_iree.plugins.numpy_reference.sdpa import sdpa as ref_sdpa
 from lowering.ops import sdpa as sdpa_lowering
 
 F, H, BF, BOOL = hd.DataType.FLOAT, hd.DataType.HALF, hd.DataType.BFLOAT16, hd.DataType.BOOLEAN
@@ -564,8 +564,8 @@ def test_sdpa_integer_mask_rejected():
 
 
 def test_sdpa_registered_everywhere():
-    from hipdnn_iree._infer import FRONTEND_METHODS, INFER
-    from hipdnn_iree.plugins._reference_ops import REFERENCES
+    from hipdnn_iree.frontend.ops.registry import FRONTEND_METHODS, INFER
+    from hipdnn_iree.plugins.numpy_reference.registry import REFERENCES
     from lowering import LOWERINGS, OpKind
     assert FRONTEND_METHODS[OpKind.SDPA] == "sdpa" and hasattr(hd.Graph, "sdpa")
     assert all(OpKind.SDPA in r for r in (INFER, REFERENCES, LOWERINGS))

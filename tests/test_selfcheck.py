@@ -1,4 +1,4 @@
-"""The opt-in self-check (hipdnn_iree/_selfcheck.py): the first execution of each plan is compared
+"""The opt-in self-check (hipdnn_iree/backend/selfcheck.py): the first execution of each plan is compared
 with NUMPY_REFERENCE on the same inputs.
 
 The deliberately wrong engine is a real subclass of the IREE plugin that compiles, with IREE, a
@@ -11,8 +11,8 @@ import pytest
 
 import hipdnn_iree as hd
 from harness import REPO, empty_like_tensor, random_array, raises
-from hipdnn_iree import _selfcheck
-from hipdnn_iree.plugins._compile import compile_mlir
+from hipdnn_iree.backend import selfcheck as _selfcheck
+from hipdnn_iree.plugins.iree_linalg.compile import compile_mlir
 from hipdnn_iree.plugins.iree_linalg import IreeLinalgPlugin
 from hipdnn_iree.plugins.numpy_reference import NumpyReferencePlugin
 
@@ -180,7 +180,7 @@ def test_torch_buffers(rng):
 
 
 def test_nan_where_the_reference_is_finite_fails():
-    from hipdnn_iree._buffers import BoundTensor
+    from hipdnn_iree.plugin_sdk.buffers import BoundTensor
     from lowering.graph_ir import decode_graph
     g, y = build_mlp()
     g.build_operation_graph(hd.create_handle())

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 import hipdnn_iree as hd
-from hipdnn_iree import _envelope, backend
-from hipdnn_iree._fbs import execution_plan_generated as E
-from hipdnn_iree.plugins import _fusplan
+from hipdnn_iree import backend
+from hipdnn_iree.backend import envelope as _envelope
+from hipdnn_iree.flatbuffers_sdk import execution_plan_generated as E
+from hipdnn_iree.plugins.iree_linalg import fusplan as _fusplan
 from hipdnn_iree.plugins.iree_linalg import ENGINE_ID as IREE_ID, IreeLinalgPlugin
 from hipdnn_iree.plugins.numpy_reference import ENGINE_ID as REF_ID, NumpyReferencePlugin
 from harness import raises, random_array

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import hipdnn_iree as hd
-from hipdnn_iree._buffers import BoundTensor, bind_device_pack
-from hipdnn_iree.plugins import _iree_rt
+from hipdnn_iree.plugin_sdk.buffers import BoundTensor, bind_device_pack
+from hipdnn_iree.plugins.iree_linalg import runtime as _iree_rt
 
 S = hd.Status
 

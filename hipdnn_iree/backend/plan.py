@@ -1,0 +1,293 @@
+"""Backend layer: execution plan descriptors and compiled-plan (de)serialization.
+
+Mirrors hipDNN's backend extension API (RFC 0009) in Python:
+
+    >>> from hipdnn_iree import backend                        # doctest: +SKIP
+    >>> n = backend.get_serialized_execution_plan(plan, 0, None)  # size query
+    >>> buf = bytearray(n)
+    >>> backend.get_serialized_execution_plan(plan, n, buf)
+    >>> plan2 = backend.create_and_deserialize_execution_plan(handle, bytes(buf))
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from hipdnn_iree.backend import envelope as _envelope
+from hipdnn_iree.backend.handle import Handle, engine_name, has_serialization_hooks, plugin_name
+from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
+
+
+class Attribute(enum.IntEnum):
+    """Execution-plan attributes (``HIPDNN_ATTR_EXECUTION_PLAN_*``)."""
+
+    EXECUTION_PLAN_HANDLE = 1
+    EXECUTION_PLAN_ENGINE_CONFIG = 2
+    EXECUTION_PLAN_WORKSPACE_SIZE = 3
+    EXECUTION_PLAN_TENSOR_UIDS_EXT = 4
+    EXECUTION_PLAN_ENGINE_ID_EXT = 5
+    EXECUTION_PLAN_TENSORS_EXT = 6        # per-UID role, dims, strides, data type
+
+
+@dataclass(frozen=True)
+class PlanTensor:
+    """A tensor a plan binds at execute time, as the plan itself describes it."""
+
+    uid: int
+    name: str
+    role: str                 # "input" | "output"
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    data_type: object         # hd.DataType
+
+
+@dataclass
+class EngineConfig:
+    """Which engine a built plan uses (and its knobs; none yet)."""
+
+    engine_id: int
+    engine_name: str
+    knobs: dict = field(default_factory=dict)
+
+
+@dataclass
+class ExecutionPlanDescriptor:
+    """A finalized execution plan: built from a graph, or restored from bytes."""
+
+    handle: Handle
+    engine_id: int
+    workspace_size: int
+    tensor_uids: tuple[int, ...]
+    plugin: object
+    context: object
+    engine_config: EngineConfig | None = None   # None when restored
+    restored: bool = False
+    finalized: bool = True
+    envelope: object = None                     # the decoded envelope when restored
+    op_graph: bytes | None = None               # the graph FlatBuffer when built (the self-check's input)
+    self_checked: bool = False                  # selfcheck.py: first execution compared already
+    self_check_error: str | None = None         # selfcheck.py: the verdict of a failed comparison
+
+    def get_attribute(self, attr: Attribute):
+        attr = Attribute(attr)
+        if not self.finalized:
+            raise HipdnnError(Status.BAD_PARAM_NOT_FINALIZED, "execution plan is not finalized")
+        if attr == Attribute.EXECUTION_PLAN_TENSOR_UIDS_EXT:
+            return list(self.tensor_uids)
+        if attr == Attribute.EXECUTION_PLAN_WORKSPACE_SIZE:
+            return int(self.workspace_size)
+        if attr == Attribute.EXECUTION_PLAN_ENGINE_ID_EXT:
+            return int(self.engine_id)
+        if attr == Attribute.EXECUTION_PLAN_HANDLE:
+            return self.handle
+        if attr == Attribute.EXECUTION_PLAN_TENSORS_EXT:
+            from hipdnn_iree.plugin_sdk.types import DataType
+            tensors = getattr(self.context, "tensors", None)
+            if tensors is None:
+                raise HipdnnError(Status.NOT_SUPPORTED, "this engine's plans do not describe their tensors")
+            return [PlanTensor(t.uid, t.name, t.role, tuple(t.dims), tuple(t.strides), DataType(t.data_type))
+                    for t in sorted(tensors, key=lambda t: t.uid)]
+        if attr == Attribute.EXECUTION_PLAN_ENGINE_CONFIG:
+            if self.engine_config is None:
+                raise HipdnnError(Status.NOT_SUPPORTED,
+                                  "EXECUTION_PLAN_ENGINE_CONFIG is not available on a plan restored from a "
+                                  "compiled plan: the engine config is not serialized (RFC 0009)")
+            return self.engine_config
+        raise HipdnnError(Status.NOT_SUPPORTED, f"attribute {attr.name} is not supported")
+
+    def execute(self, variant_pack: dict, workspace=None) -> None:
+        if self.handle.device is None:
+            raise HipdnnError(Status.NOT_INITIALIZED,
+                              f"handle has no device (compile-only for target '{self.handle.target}'); "
+                              "create a handle with a device to execute")
+        need = int(self.workspace_size)
+        if need > 0:
+            have = 0 if workspace is None else memoryview(workspace).nbytes
+            if have < need:
+                raise HipdnnError(Status.BAD_PARAM_SIZE_INSUFFICIENT,
+                                  f"workspace of {have} bytes is smaller than the plan's {need} bytes")
+        check = self.handle.self_check and not self.self_checked and engine_name(self.handle, self.engine_id) != \
+            "NUMPY_REFERENCE"
+        if check or self.self_check_error is not None:
+            from hipdnn_iree.backend import selfcheck as _selfcheck
+            _selfcheck.before_execute(self)
+        self.plugin.execute_op_graph(self.context, variant_pack, workspace)
+        if check:
+            _selfcheck.after_execute(self, variant_pack)
+
+    def release(self) -> None:
+        if self.context is not None:
+            try:
+                self.plugin.destroy_execution_context(self.context)
+            finally:
+                self.context = None
+                self.finalized = False
+
+
+def build_execution_plan(handle: Handle, engine_id: int, op_graph: bytes, tensor_uids) -> ExecutionPlanDescriptor:
+    """Normal build path: engine config + graph + plugin -> finalized plan."""
+    plugin = handle.resource_manager.plugin_for(engine_id)
+    if plugin is None:
+        raise HipdnnError(Status.INTERNAL_ERROR, f"no loaded engine plugin serves engine id {engine_id}")
+    ws = int(plugin.get_workspace_size(engine_id, op_graph))
+    config = EngineConfig(engine_id, engine_name(handle, engine_id))
+    try:
+        ctx = plugin.create_execution_context(engine_id, op_graph, config)
+    except HipdnnError:
+        raise
+    except Exception as e:
+        raise HipdnnError(Status.PLUGIN_ERROR, f"engine plugin {plugin_name(plugin)} failed to build the plan: "
+                                               f"{type(e).__name__}: {e}") from None
+    return ExecutionPlanDescriptor(handle, engine_id, ws, tuple(sorted(tensor_uids)), plugin, ctx, config,
+                                   op_graph=bytes(op_graph))
+
+
+def _plan_info(plan_engine_id: int, workspace_size: int, tensor_uids, **extra) -> dict:
+    """What a plugin that takes ``plan_info`` gets beside its payload: the envelope fields it
+    may sign or check (FUSPLAN signs them with its own payload), the key, and the producer."""
+    from hipdnn_iree.plugin_sdk.version import __version__
+    return dict(engine_id=int(plan_engine_id), workspace_size=int(workspace_size),
+                tensor_uids=tuple(sorted(int(u) for u in tensor_uids)), producer_version=__version__, **extra)
+
+
+def _takes_plan_info(plugin, hook) -> bool:
+    """Whether a plugin's hook takes the ``plan_info`` keyword (it says so with ``accepts_plan_info``)."""
+    if not getattr(plugin, "accepts_plan_info", False):
+        return False
+    import inspect
+    try:
+        params = inspect.signature(hook).parameters
+    except (TypeError, ValueError):
+        return False
+    return "plan_info" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _serialize(plan: ExecutionPlanDescriptor, signing_key=None, version: int = _envelope.ENVELOPE_VERSION) -> bytes:
+    if plan is None:
+        raise HipdnnError(Status.BAD_PARAM_NULL_POINTER, "execution plan is None")
+    if not plan.finalized or plan.context is None:
+        raise HipdnnError(Status.NOT_INITIALIZED, "execution plan is not finalized: build the plan first")
+    plugin = plan.plugin
+    if not has_serialization_hooks(plugin):
+        raise HipdnnError(Status.NOT_SUPPORTED,
+                          f"engine {engine_name(plan.handle, plan.engine_id)} (plugin {plugin_name(plugin)}) "
+                          "does not support compiled-plan serialization")
+    # NOTE: the envelope is hipDNN's five fields (FORMATS.md); identity, digest and signature are the
+    # plugin's to write inside its payload. Plugins that say so get the envelope fields to sign.
+    takes_info = _takes_plan_info(plugin, plugin.serialize_execution_context)
+    if signing_key is not None and not takes_info:
+        raise HipdnnError(Status.NOT_SUPPORTED, f"plugin {plugin_name(plugin)} cannot sign its plans (it does not "
+                                                "take plan_info): serialize without signing_key")
+    if signing_key is not None:
+        _envelope._key(signing_key, "signing_key")
+    serialized = None
+    try:
+        try:
+            if takes_info:
+                info = _plan_info(plan.engine_id, plan.workspace_size, plan.tensor_uids, signing_key=signing_key)
+                serialized = plugin.serialize_execution_context(plan.context, plan.engine_config, plan_info=info)
+            else:
+                serialized = plugin.serialize_execution_context(plan.context, plan.engine_config)
+        except HipdnnError:
+            raise
+        except Exception as e:
+            raise HipdnnError(Status.PLUGIN_ERROR, f"plugin {plugin_name(plugin)} failed to serialize its "
+                                                   f"execution context: {type(e).__name__}: {e}") from None
+        if serialized is None or len(serialized) == 0:
+            raise HipdnnError(Status.PLUGIN_ERROR, f"plugin {plugin_name(plugin)} returned an empty payload")
+        payload = bytes(serialized)  # the envelope owns a copy
+    finally:
+        if serialized is not None:
+            plugin.destroy_serialized_execution_context(serialized)
+    env = _envelope.Envelope(version, plan.engine_id, plan.workspace_size, tuple(sorted(plan.tensor_uids)), payload)
+    return _envelope.encode(env)
+
+
+def get_serialized_execution_plan(plan: ExecutionPlanDescriptor, requested_byte_size: int,
+                                  serialized_plan, signing_key=None) -> int:
+    """Two-call pattern: with ``serialized_plan=None`` returns the size; else fills it.
+
+    Returns the plan's size in bytes. A buffer smaller than the plan raises
+    BAD_PARAM_SIZE_INSUFFICIENT. ``signing_key`` adds an HMAC-SHA256 signature.
+    """
+    data = _serialize(plan, signing_key)
+    if serialized_plan is None:
+        return len(data)
+    if requested_byte_size < len(data):
+        raise HipdnnError(Status.BAD_PARAM_SIZE_INSUFFICIENT,
+                          f"requested_byte_size {requested_byte_size} is smaller than the plan's {len(data)} bytes")
+    try:
+        view = memoryview(serialized_plan).cast("B")
+    except TypeError:
+        raise HipdnnError(Status.BAD_PARAM, f"serialized_plan must be a writable byte buffer, got "
+                                            f"{type(serialized_plan).__name__}") from None
+    if view.readonly:
+        raise HipdnnError(Status.BAD_PARAM, "serialized_plan buffer is read-only")
+    if len(view) < len(data):
+        raise HipdnnError(Status.BAD_PARAM_SIZE_INSUFFICIENT,
+                          f"buffer of {len(view)} bytes is smaller than the plan's {len(data)} bytes")
+    view[:len(data)] = data
+    return len(data)
+
+
+def serialize_execution_plan(plan: ExecutionPlanDescriptor, signing_key=None,
+                             envelope_version: int = _envelope.ENVELOPE_VERSION) -> bytes:
+    """Convenience: the plan's envelope bytes (version 1, the RFC's five fields: the only one written).
+
+    Version 2 (hipdnn-iree 0.1.0's layout) is read, never written: hipDNN's forks misread it.
+    """
+    if envelope_version != _envelope.ENVELOPE_VERSION:
+        raise HipdnnError(Status.NOT_SUPPORTED, f"cannot write envelope version {envelope_version}: hipdnn-iree "
+                                                f"writes version {_envelope.ENVELOPE_VERSION} (the RFC's five "
+                                                "fields); version 2 is read-only, for plans from hipdnn-iree 0.1.0")
+    return _serialize(plan, signing_key, envelope_version)
+
+
+def create_and_deserialize_execution_plan(handle: Handle, serialized_plan, verify_key=None) -> ExecutionPlanDescriptor:
+    """Restores a finalized plan from envelope bytes, with no graph and no compiler.
+
+    With ``verify_key`` the plan must carry a valid HMAC-SHA256 signature.
+    """
+    if handle is None:
+        raise HipdnnError(Status.BAD_PARAM_NULL_POINTER, "handle is None")
+    if not isinstance(handle, Handle):
+        raise HipdnnError(Status.BAD_PARAM, f"expected a handle from create_handle(), got {type(handle).__name__}")
+    env = _envelope.decode(serialized_plan, verify_key)
+    plugin = handle.resource_manager.plugin_for(env.engine_id)
+    writer = f" (written by plugin {env.plugin_name} {env.plugin_version})" if env.plugin_name else ""
+    if plugin is None:
+        raise HipdnnError(Status.INTERNAL_ERROR,
+                          f"no loaded engine plugin serves engine id {env.engine_id}{writer}; loaded engines: "
+                          f"{', '.join(engine_name(handle, e) for e in handle.resource_manager.engine_ids()) or 'none'}")
+    if not has_serialization_hooks(plugin):
+        raise HipdnnError(Status.NOT_SUPPORTED, f"engine plugin {plugin_name(plugin)} cannot restore compiled plans "
+                                                "(no serialization hooks)")
+    legacy = env.layout == _envelope.LAYOUT_LEGACY_V2
+    check = getattr(plugin, "check_plan_compatibility", None)
+    if callable(check) and legacy:   # NOTE: 0.1.0 plans keep their identity in the envelope
+        check({"plugin_name": env.plugin_name, "plugin_version": env.plugin_version,
+               "producer_version": env.producer_version, "compiler_version": env.compiler_version,
+               "target_device": env.target_device, "target_arch": env.target_arch})
+    takes_info = _takes_plan_info(plugin, plugin.create_execution_context_from_serialized)
+    if verify_key is not None and not legacy and not takes_info:
+        raise HipdnnError(Status.NOT_SUPPORTED, f"plugin {plugin_name(plugin)} cannot check plan signatures (it does "
+                                                "not take plan_info): restore without verify_key")
+    try:
+        if takes_info:
+            info = _plan_info(env.engine_id, env.workspace_size, env.tensor_uids,
+                              verify_key=None if legacy else verify_key, envelope_layout=env.layout,
+                              envelope_checked=legacy)
+            ctx = plugin.create_execution_context_from_serialized(env.plugin_payload, plan_info=info)
+        else:
+            ctx = plugin.create_execution_context_from_serialized(bytes(env.plugin_payload))
+    except HipdnnError:
+        raise
+    except Exception as e:
+        raise HipdnnError(Status.PLUGIN_ERROR, f"plugin {plugin_name(plugin)} refused the plan payload: "
+                                               f"{type(e).__name__}: {e}") from None
+    ctx_uids = sorted(t.uid for t in getattr(ctx, "tensors", []))
+    if ctx_uids and ctx_uids != sorted(env.tensor_uids):
+        raise HipdnnError(Status.BAD_PARAM, f"envelope tensor_uids {sorted(env.tensor_uids)} disagree with the "
+                                            f"plan payload's {ctx_uids}")
+    return ExecutionPlanDescriptor(handle, env.engine_id, env.workspace_size, env.tensor_uids, plugin, ctx,
+                                   engine_config=None, restored=True, envelope=env)

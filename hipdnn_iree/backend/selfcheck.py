@@ -1,0 +1,137 @@
+"""Opt-in self-check: the first execution of each plan is compared with the NUMPY_REFERENCE engine.
+
+Turn it on per handle (``hd.create_handle(..., self_check=True)``) or for every handle of a process
+(``HIPDNN_IREE_SELF_CHECK=1``; an explicit ``self_check=False`` wins over the variable). It is meant
+for a new target, a new IREE release or a new kind of graph: PyTorch's accuracy minifier compares a
+compiled graph with eager mode on the same inputs, and this compares a compiled plan with the
+float64 numpy oracle on the caller's own inputs.
+
+What happens on the first ``execute`` of a plan (built or restored):
+
+1. the plan runs as usual (outputs land in the caller's buffers);
+2. every input and output buffer is copied to the host (numpy, torch CPU/CUDA, CuPy, JAX, anything
+   ``np.from_dlpack`` reads), the graph is evaluated by the reference from the same inputs, and each
+   output is compared: ``max |got - ref| / max |ref|`` must stay within :data:`RTOL` of its data type
+   (non-float outputs: at most :data:`MISMATCH_FRACTION` of the elements may differ), and the plan
+   may not give NaN/inf where the reference is finite;
+3. a mismatch raises ``HipdnnError(EXECUTION_FAILED)`` naming each output, its error figures, the
+   plan's target and engine. The verdict sticks: later executions of a failed plan raise the same
+   error before running; a plan that passed is not checked again.
+
+The reference needs the op graph. Built plans have it; plans written by this release carry it in
+their module's reflection (``hipdnn_iree.graph``, base64 of the graph FlatBuffer), so restored plans
+have it too. A restored plan without it (written by an older release) raises ``NOT_SUPPORTED``
+on its first execution when the self-check is on, before anything runs: re-save it with this
+release, or turn the self-check off for that handle.
+
+Cost: one reference evaluation (numpy, float64) plus a host copy of every buffer, on the first
+execution only; docs/known_issues.md has the measured figures.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hipdnn_iree.backend.handle import SELF_CHECK_ENV as ENV, engine_name  # noqa: F401  (ENV: the tests' name)
+from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
+
+# Bound on max |got - ref| / max |ref| per output data type (names of hd.DataType); the reference
+# rounds once from float64, the engines compute in the compute type (f32 unless set).
+RTOL = {"FLOAT": 2e-3, "HALF": 2e-2, "BFLOAT16": 6e-2, "DOUBLE": 1e-9}
+MISMATCH_FRACTION = 1e-3   # non-float outputs (comparisons can flip at rounding ties)
+
+
+def to_host(obj) -> np.ndarray:
+    """A numpy copy (or view) of a variant-pack buffer with its logical dims."""
+    if isinstance(obj, np.ndarray):
+        return obj
+    mod = type(obj).__module__.split(".", 1)[0]
+    try:
+        if mod == "torch":
+            t = obj.detach()
+            if str(t.dtype) == "torch.bfloat16":
+                import ml_dtypes
+                return t.float().cpu().numpy().astype(ml_dtypes.bfloat16)
+            return t.cpu().numpy()
+        if mod == "cupy":
+            return obj.get()
+        if mod in ("jax", "jaxlib"):
+            return np.asarray(obj)
+        return np.from_dlpack(obj)
+    except Exception as e:
+        raise HipdnnError(Status.NOT_SUPPORTED, f"self-check cannot copy a {type(obj).__name__} buffer to the host: "
+                                                f"{type(e).__name__}: {e}") from None
+
+
+def graph_of(plan):
+    """The decoded op graph of a plan, or None (restored from a plan that does not carry it)."""
+    data = getattr(plan, "op_graph", None) or getattr(plan.context, "op_graph", None)
+    if not data:
+        return None
+    from lowering.graph_ir import decode_graph
+    return decode_graph(data)
+
+
+def before_execute(plan) -> None:
+    """Raises the sticky verdict of a failed plan, or NOT_SUPPORTED when there is nothing to check against."""
+    if plan.self_check_error is not None:
+        raise HipdnnError(Status.EXECUTION_FAILED, plan.self_check_error)
+    if graph_of(plan) is None:
+        raise HipdnnError(Status.NOT_SUPPORTED,
+                          "self-check is on but this restored plan does not carry its op graph (written by an older "
+                          "hipdnn-iree); re-save it with this release or create the handle with self_check=False")
+
+
+def compare(tensors, variant_pack, graph) -> list[str]:
+    """Evaluates ``graph`` with the reference on the pack's inputs; returns one line per bad output."""
+    from hipdnn_iree.plugin_sdk.buffers import numpy_dtype
+    from hipdnn_iree.plugin_sdk.types import DataType
+    from hipdnn_iree.plugins.numpy_reference.plugin import evaluate
+    inputs = {t.uid: np.asarray(to_host(variant_pack[t.uid])) for t in tensors if t.role == "input"}
+    try:
+        env = evaluate(graph, inputs)
+    except HipdnnError:
+        raise
+    except Exception as e:
+        raise HipdnnError(Status.EXECUTION_FAILED, f"self-check: the reference failed: {type(e).__name__}: {e}") from None
+    bad = []
+    for t in tensors:
+        if t.role != "output":
+            continue
+        got = np.asarray(to_host(variant_pack[t.uid]))
+        ref = np.asarray(env[t.uid])
+        name = DataType(t.data_type).name
+        floating = np.issubdtype(numpy_dtype(t.data_type), np.floating) or name == "BFLOAT16"
+        if not floating:
+            frac = float(np.mean(got != ref)) if ref.size else 0.0
+            if frac > MISMATCH_FRACTION:
+                bad.append(f"output uid {t.uid} '{t.name}' ({name}): {frac:.2%} of {ref.size} elements differ "
+                           f"(bound {MISMATCH_FRACTION:.1e})")
+            continue
+        g64, r64 = got.astype(np.float64), ref.astype(np.float64)
+        finite = np.isfinite(r64)
+        new_nonfinite = int(np.count_nonzero(finite & ~np.isfinite(g64)))
+        scale = float(np.abs(r64[finite]).max()) if finite.any() else 0.0
+        with np.errstate(invalid="ignore"):
+            diff = np.abs(g64 - r64)[finite & np.isfinite(g64)]
+        err = float(diff.max()) if diff.size else 0.0
+        rel = err / max(scale, 1e-30) if scale > 0 else err
+        bound = RTOL.get(name, 2e-3)
+        if new_nonfinite or rel > bound:
+            off = int(np.count_nonzero(diff > bound * max(scale, 1e-30)))
+            bad.append(f"output uid {t.uid} '{t.name}' ({name}): max |err| {err:.4g}, max |ref| {scale:.4g}, "
+                       f"rel err {rel:.3g} (bound {bound:g}), {off} of {ref.size} elements off, "
+                       f"{new_nonfinite} non-finite where the reference is finite")
+    return bad
+
+
+def after_execute(plan, variant_pack) -> None:
+    """Runs the comparison once; raises EXECUTION_FAILED (and remembers it) on a mismatch."""
+    plan.self_checked = True
+    tensors = getattr(plan.context, "tensors", None)
+    bad = compare(tensors, variant_pack, graph_of(plan))
+    if bad:
+        target = getattr(getattr(plan.context, "target", None), "__str__", lambda: "?")()
+        plan.self_check_error = (f"self-check failed: the plan (engine {engine_name(plan.handle, plan.engine_id)}, "
+                                 f"target '{target}') disagrees with NUMPY_REFERENCE on its first execution: "
+                                 + "; ".join(bad))
+        raise HipdnnError(Status.EXECUTION_FAILED, plan.self_check_error)

@@ -1,0 +1,402 @@
+"""``hipdnn-iree``: inspect, run, benchmark and compile hipdnn-iree plan files.
+
+Usage (``hipdnn-iree COMMAND --help`` for each)::
+
+    hipdnn-iree inspect PLAN [--json]
+    hipdnn-iree run PLAN --input UID=FILE.npy ... --output-dir DIR [--device local-task]
+    hipdnn-iree bench PLAN [--device local-task] [-n 100]
+    hipdnn-iree compile GRAPH.json [--target llvm-cpu:host] -o PLAN
+    hipdnn-iree cache {info,clear}
+
+Also ``python -m hipdnn_iree.cli``. Exit codes: 0 success; 1 the operation failed (compile
+or execution error); 2 usage (bad arguments, missing or unreadable files, inputs that do
+not fit the plan); 3 bad plan or graph file (damaged, unknown version, not a hipdnn-iree
+plan); 4 device problem (device unavailable, plan built for another kind of device).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BAD_PLAN, EXIT_DEVICE = 0, 1, 2, 3, 4
+_DEFAULT_DEVICE = {"llvm-cpu": "local-task", "rocm": "hip", "cuda": "cuda"}
+_EPILOG = ("exit codes: 0 ok, 1 operation failed, 2 usage or input files, 3 bad plan/graph file, "
+           "4 device problem")
+
+
+class CliError(Exception):
+    """A failure with its exit code and a one-line message."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+# -- shared helpers ----------------------------------------------------------------------
+def _read(path: str, what: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise CliError(EXIT_USAGE, f"{what} '{path}' does not exist") from None
+    except IsADirectoryError:
+        raise CliError(EXIT_USAGE, f"{what} '{path}' is a folder, not a file") from None
+    except OSError as e:
+        raise CliError(EXIT_USAGE, f"cannot read {what} '{path}': {e.strerror}") from None
+
+
+def _key(path: str | None, what: str) -> bytes | None:
+    return None if path is None else _read(path, what)
+
+
+def _load_plan(path: str, verify_key_file: str | None = None):
+    """(bytes, PlanInfo) of a plan file; a bad plan is EXIT_BAD_PLAN."""
+    from hipdnn_iree.backend.plan_info import read_plan
+    data = _read(path, "plan file")
+    try:
+        return data, read_plan(data, _key(verify_key_file, "key file"))
+    except HipdnnError as e:
+        raise CliError(EXIT_BAD_PLAN, f"'{path}' is not a usable plan: {e.message}") from None
+
+
+def _restore(path: str, device: str | None, verify_key_file: str | None):
+    """Restores a plan on ``device`` (default: the plan's own kind); returns (handle, graph, info, seconds)."""
+    import hipdnn_iree as hd
+    from hipdnn_iree.plugins.iree_linalg.targets import check_runs_on, parse_target
+    data, info = _load_plan(path, verify_key_file)
+    try:
+        target = parse_target(info.target)
+    except HipdnnError as e:
+        raise CliError(EXIT_BAD_PLAN, f"'{path}' names an unknown target: {e.message}") from None
+    if info.entries:   # several targets: the handle's device picks its module (plugins/iree_linalg/multitarget.py)
+        backends = [e["target"].partition(":")[0] for e in info.entries]
+        device = device or _DEFAULT_DEVICE["llvm-cpu" if "llvm-cpu" in backends else target.backend]
+        target = None
+    else:
+        device = device or _DEFAULT_DEVICE[target.backend]
+    try:
+        if target is not None:
+            check_runs_on(target, device)
+        handle = hd.create_handle(device=device, target=None if target is None else str(target), cache=False)
+    except HipdnnError as e:
+        raise CliError(EXIT_DEVICE, f"device '{device}': {e.message}") from None
+    t0 = time.perf_counter()
+    try:
+        graph = hd.Graph.from_compiled_plan(handle, data, _key(verify_key_file, "key file"))
+    except HipdnnError as e:
+        code = EXIT_DEVICE if e.status in (Status.NOT_SUPPORTED, Status.NOT_INITIALIZED) else EXIT_BAD_PLAN
+        raise CliError(code, f"cannot restore '{path}' on device '{device}': {e.message}") from None
+    return handle, graph, info, time.perf_counter() - t0
+
+
+def _alloc(t, fill=0):
+    """A buffer with the tensor's dims laid out with its declared strides."""
+    import numpy as np
+    from hipdnn_iree.plugin_sdk.buffers import numpy_dtype
+    from lowering.layout import physical_layout
+    dt = numpy_dtype(int(t.data_type))
+    lay = physical_layout(t.dims, t.strides)
+    phys = np.full(lay.phys_shape, fill, dt)
+    return np.lib.stride_tricks.as_strided(phys, shape=tuple(t.dims),
+                                           strides=tuple(s * dt.itemsize for s in t.strides))
+
+
+def _fit_input(t, arr, source: str):
+    """``arr`` (logical dims, any layout; or the C-contiguous memory image) as a bindable buffer."""
+    import numpy as np
+    from hipdnn_iree.plugin_sdk.buffers import numpy_dtype
+    from lowering.layout import physical_layout
+    dt = numpy_dtype(int(t.data_type))
+    what = f"input uid {t.uid} ('{t.name}') from {source}"
+    if arr.dtype != dt:
+        raise CliError(EXIT_USAGE, f"{what}: dtype {arr.dtype}, the plan needs {dt} (save it with "
+                                   f".astype(np.{dt.name}))")
+    if tuple(arr.shape) == tuple(t.dims):
+        # NOTE: a stride-0 (broadcast) axis holds one value in memory; take index 0 and check the rest agree.
+        src = arr[tuple(slice(0, 1) if s == 0 else slice(None) for s in t.strides)]
+        if src.shape != arr.shape and not np.array_equal(np.broadcast_to(src, arr.shape), arr):
+            raise CliError(EXIT_USAGE, f"{what}: the plan broadcasts this tensor on the axes with stride 0 "
+                                       f"(strides {list(t.strides)}) but the data varies along them")
+        buf = _alloc(t)
+        buf[...] = src
+        return buf
+    lay = physical_layout(t.dims, t.strides)
+    if arr.size == lay.num_elements and arr.flags.c_contiguous:
+        return arr.reshape(lay.phys_shape)
+    raise CliError(EXIT_USAGE, f"{what}: shape {list(arr.shape)} does not match the plan's dims {list(t.dims)} "
+                               f"(or a memory image of {lay.num_elements} elements)")
+
+
+def _parse_inputs(specs) -> dict[int, str]:
+    out = {}
+    for spec in specs or ():
+        uid, sep, path = spec.partition("=")
+        try:
+            uid = int(uid)
+        except ValueError:
+            uid = None
+        if not sep or uid is None or not path:
+            raise CliError(EXIT_USAGE, f"--input {spec!r}: expected UID=FILE.npy, e.g. --input 1=x.npy")
+        if uid in out:
+            raise CliError(EXIT_USAGE, f"--input: uid {uid} is given twice")
+        out[uid] = path
+    return out
+
+
+def _variant_pack(tensors, input_files: dict[int, str], random_inputs: bool):
+    """{uid: buffer} for every bound tensor (``hd.PlanTensor`` list): inputs from files or random, outputs allocated."""
+    import numpy as np
+    by_uid = {t.uid: t for t in tensors}
+    unknown = sorted(set(input_files) - {t.uid for t in tensors if t.role == "input"})
+    if unknown:
+        raise CliError(EXIT_USAGE, f"--input uid(s) {unknown} are not inputs of this plan; its inputs: "
+                                   + _describe([t for t in tensors if t.role == "input"]))
+    missing = [t for t in tensors if t.role == "input" and t.uid not in input_files]
+    if missing and not random_inputs:
+        raise CliError(EXIT_USAGE, "missing --input for " + _describe(missing))
+    rng = np.random.default_rng(0)
+    pack, outputs = {}, {}
+    for uid, t in by_uid.items():
+        if t.role == "output":
+            pack[uid] = outputs[uid] = _alloc(t)
+        elif uid in input_files:
+            try:
+                arr = np.load(input_files[uid], allow_pickle=False)
+            except FileNotFoundError:
+                raise CliError(EXIT_USAGE, f"input file '{input_files[uid]}' (uid {uid}) does not exist") from None
+            except (OSError, ValueError) as e:
+                raise CliError(EXIT_USAGE, f"input file '{input_files[uid]}' (uid {uid}) is not a .npy array: "
+                                           f"{e}") from None
+            pack[uid] = _fit_input(t, arr, f"'{input_files[uid]}'")
+        else:
+            buf = _alloc(t)
+            if buf.dtype == np.bool_:
+                buf[...] = rng.random(buf.shape) > 0.5
+            elif buf.dtype.kind in "iu":
+                buf[...] = rng.integers(0, 8, buf.shape)
+            else:
+                buf[...] = rng.uniform(-1, 1, buf.shape)
+            pack[uid] = buf
+    return pack, outputs, tensors
+
+
+def _describe(tensors) -> str:
+    return ", ".join(f"uid {t.uid} ('{t.name}', {t.data_type.name} {list(t.dims)})" for t in tensors)
+
+
+def _execute(handle, graph, pack) -> None:
+    try:
+        graph.execute(handle, pack)
+    except HipdnnError as e:
+        code = EXIT_USAGE if e.status in (Status.BAD_PARAM, Status.BAD_PARAM_NULL_POINTER) else EXIT_FAILED
+        raise CliError(code, f"execute failed: {e.message}") from None
+
+
+# -- commands ----------------------------------------------------------------------------
+def cmd_inspect(args) -> int:
+    from hipdnn_iree.backend.plan_info import format_text
+    _, info = _load_plan(args.plan, args.verify_key_file)
+    print(json.dumps(info.as_dict(), indent=2) if args.json else format_text(info))
+    return EXIT_OK
+
+
+def cmd_run(args) -> int:
+    import numpy as np
+    files = _parse_inputs(args.input)
+    handle, graph, info, _ = _restore(args.plan, args.device, args.verify_key_file)
+    tensors = graph.get_compiled_plan_tensors()
+    pack, outputs, _ = _variant_pack(tensors, files, random_inputs=False)
+    _execute(handle, graph, pack)
+    try:
+        os.makedirs(args.output_dir, exist_ok=True)
+    except OSError as e:
+        raise CliError(EXIT_USAGE, f"cannot create output folder '{args.output_dir}': {e.strerror}") from None
+    names = {t.uid: t.name for t in tensors}
+    for uid, buf in sorted(outputs.items()):
+        path = os.path.join(args.output_dir, f"{uid}.npy")
+        try:
+            np.save(path, np.ascontiguousarray(buf))
+        except OSError as e:
+            raise CliError(EXIT_USAGE, f"cannot write '{path}': {e.strerror}") from None
+        print(f"uid {uid} ('{names[uid]}'): {buf.dtype} {list(buf.shape)} -> {path}")
+    return EXIT_OK
+
+
+def cmd_bench(args) -> int:
+    from hipdnn_iree.cli.bench import format_report, run_bench
+    if args.n < 1 or args.restores < 1:
+        raise CliError(EXIT_USAGE, "-n and --restores must be at least 1")
+    files = _parse_inputs(args.input)
+    t0 = time.perf_counter()
+    handle, graph, info, _ = _restore(args.plan, args.device, args.verify_key_file)
+    setup = time.perf_counter() - t0
+    pack, _, _ = _variant_pack(graph.get_compiled_plan_tensors(), files, random_inputs=True)
+    graph.release()
+    data, vkey = _read(args.plan, "plan file"), _key(args.verify_key_file, "key file")
+    report = run_bench(lambda: _restore_again(handle, data, vkey, args.plan), lambda g: _execute(handle, g, pack),
+                       args.n, args.restores, args.progress)
+    report.update(plan=args.plan, device=handle.device, target=info.target, plan_bytes=len(data),
+                  device_and_first_restore_s=setup)
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return EXIT_OK
+
+
+def _restore_again(handle, data: bytes, verify_key, path: str):
+    import hipdnn_iree as hd
+    try:
+        return hd.Graph.from_compiled_plan(handle, data, verify_key)
+    except HipdnnError as e:
+        raise CliError(EXIT_BAD_PLAN, f"cannot restore '{path}': {e.message}") from None
+
+
+def cmd_compile(args) -> int:
+    import hipdnn_iree as hd
+    text = _read(args.graph, "graph file")
+    try:
+        graph = hd.Graph.from_json(text)
+        graph.validate()
+    except HipdnnError as e:
+        raise CliError(EXIT_BAD_PLAN, f"'{args.graph}' is not a valid graph: {e.message}") from None
+    try:
+        # NOTE: "a,b,c" builds one module per target into one plan (FUSPLAN kind 3)
+        targets = [t.strip() for t in args.target.split(",") if t.strip()]
+        target = targets if len(targets) > 1 else args.target
+        handle = hd.create_handle(device=None, target=target, cache=False if args.no_cache else None)
+    except HipdnnError as e:
+        raise CliError(EXIT_USAGE, f"--target {args.target!r}: {e.message}") from None
+    if args.iree_flag:
+        _check_iree_flags(args.iree_flag)
+        for p in handle.resource_manager.plugins:
+            if hasattr(p, "compile_flags"):
+                p.compile_flags = tuple(p.compile_flags) + tuple(args.iree_flag)
+    graph.set_preferred_engine_id_ext("IREE_LINALG")
+    t0 = time.perf_counter()
+    try:
+        graph.build(handle)
+        data = graph.serialize_compiled_plan(_key(args.signing_key_file, "key file"))
+    except HipdnnError as e:
+        code = EXIT_BAD_PLAN if e.status == Status.BAD_PARAM else EXIT_FAILED
+        raise CliError(code, f"building '{args.graph}' for {handle.target} failed: {e.message}") from None
+    seconds = time.perf_counter() - t0
+    try:
+        hd.save_plan(args.output, data)
+    except HipdnnError as e:
+        raise CliError(EXIT_USAGE, e.message) from None
+    print(f"wrote {args.output}: {len(data)} bytes, graph '{graph.name}', target {','.join(handle.targets)}, "
+          f"built in {seconds:.2f} s")
+    return EXIT_OK
+
+
+def _check_iree_flags(flags) -> None:
+    try:
+        from iree.compiler.api import Session
+    except ImportError as e:
+        raise CliError(EXIT_FAILED, f"compiling needs the IREE compiler (pip install iree-base-compiler): {e}") from None
+    session = Session()
+    try:
+        session.set_flags(*flags)
+    except Exception as e:
+        raise CliError(EXIT_USAGE, f"--iree-flag: IREE rejects {list(flags)}: {e}") from None
+    finally:
+        session.close()
+
+
+def cmd_cache(args) -> int:
+    from hipdnn_iree.plugins.iree_linalg import cache as _cache
+    store = _cache.CompileCache(os.path.abspath(args.dir) if args.dir else _cache.default_dir(),
+                                _cache.env_max_bytes())
+    if args.action == "clear":
+        print(f"removed {store.clear()} entries from {store.directory}")
+        return EXIT_OK
+    entries = store.entries()
+    print(f"folder: {store.directory}\nentries: {len(entries)}\nsize: {sum(s for _, s, _ in entries)} bytes "
+          f"(cap {store.max_bytes})\nenabled: {_cache.env_enabled()} ({_cache.ENV_ENABLED})")
+    return EXIT_OK
+
+
+# -- argument parsing --------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="hipdnn-iree", description="Inspect, run, benchmark and compile hipdnn-iree "
+                                 "compiled-plan files.", epilog=_EPILOG)
+    from hipdnn_iree.plugin_sdk.version import __version__
+    ap.add_argument("--version", action="version", version=f"hipdnn-iree {__version__}")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(name, helptext, func):
+        p = sub.add_parser(name, help=helptext, description=helptext, epilog=_EPILOG)
+        p.set_defaults(func=func)
+        return p
+
+    def device_opts(p):
+        p.add_argument("--device", default=None, help="IREE HAL device URI (default: the plan's kind: local-task "
+                       "for llvm-cpu plans, hip for rocm, cuda for cuda)")
+        p.add_argument("--verify-key-file", metavar="FILE", help="require a plan signature made with this key")
+
+    p = add("inspect", "Show a plan's envelope, FUSPLAN header, entry signature, tensors, executables and sizes.",
+            cmd_inspect)
+    p.add_argument("plan", metavar="PLAN", help="plan file (Graph.serialize_compiled_plan() bytes)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--verify-key-file", metavar="FILE", help="also check the plan's signature with this key")
+
+    p = add("run", "Restore a plan, execute it on .npy inputs and write each output to DIR/<uid>.npy.", cmd_run)
+    p.add_argument("plan", metavar="PLAN")
+    p.add_argument("--input", "-i", action="append", metavar="UID=FILE.npy",
+                   help="an input tensor (repeat per input); logical dims in any layout, or the memory image")
+    p.add_argument("--output-dir", "-o", required=True, metavar="DIR", help="folder for <uid>.npy outputs")
+    device_opts(p)
+
+    p = add("bench", "Time restore, first execute and steady execute of a plan (median, min, max).", cmd_bench)
+    p.add_argument("plan", metavar="PLAN")
+    p.add_argument("-n", type=int, default=100, help="steady executes to time (default 100)")
+    p.add_argument("--restores", type=int, default=5, help="restores (each followed by a first execute) to time")
+    p.add_argument("--input", "-i", action="append", metavar="UID=FILE.npy", help="inputs (default: random data)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
+                   help="progress bar on stderr (auto: when the run takes over 2 s)")
+    device_opts(p)
+
+    p = add("compile", "Build a plan from a graph saved with Graph.to_json().", cmd_compile)
+    p.add_argument("graph", metavar="GRAPH.json")
+    p.add_argument("--target", default="llvm-cpu:host", help="llvm-cpu[:<cpu>], rocm:<gfx>, cuda:<sm> "
+                   "(default llvm-cpu:host; use e.g. llvm-cpu:x86-64-v3 for plans that travel); a comma-separated "
+                   "list (rocm:gfx942,cuda:sm_80,llvm-cpu:x86-64-v3) writes one plan with a module per target")
+    p.add_argument("--output", "-o", required=True, metavar="PLAN", help="plan file to write (atomically)")
+    p.add_argument("--no-cache", action="store_true", help="always compile (skip the persistent compile cache)")
+    p.add_argument("--iree-flag", action="append", metavar="FLAG", help="extra iree-compile flag, written --iree-flag=--iree-opt-level=O3 (repeatable)")
+    p.add_argument("--signing-key-file", metavar="FILE", help="sign the plan (HMAC-SHA256) with this key")
+
+    p = add("cache", "Show or clear the persistent compile cache.", cmd_cache)
+    p.add_argument("action", choices=("info", "clear"))
+    p.add_argument("--dir", help="cache folder (default: HIPDNN_IREE_CACHE_DIR or ~/.cache/hipdnn-iree)")
+    return ap
+
+
+def main(argv=None) -> int:
+    """Runs the command line; returns the exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CliError as e:
+        print(f"hipdnn-iree {args.command}: error: {e.message}", file=sys.stderr)
+        return e.code
+    except HipdnnError as e:
+        print(f"hipdnn-iree {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print(f"hipdnn-iree {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:   # NOTE: output piped into e.g. `head`; silence the flush at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+    except Exception as e:  # NOTE: last resort: one line, never a traceback
+        print(f"hipdnn-iree {args.command}: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,532 @@
+"""``hd.Graph``: build an op graph, run the lifecycle, execute, (de)serialize plans."""
+from __future__ import annotations
+
+import math
+import numbers
+
+from hipdnn_iree import backend as _backend
+from hipdnn_iree.plugin_sdk.engine_ids import engine_id_from_name
+from hipdnn_iree.backend.handle import Handle
+from hipdnn_iree.frontend.ops.registry import FRONTEND_METHODS, INFER  # noqa: F401
+from hipdnn_iree.frontend.ops.conv import ConvOps
+from hipdnn_iree.frontend.ops.norm import NormOps
+from hipdnn_iree.frontend.ops.sdpa import SdpaOps
+from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
+from hipdnn_iree.frontend.node import _Node
+from hipdnn_iree.frontend.tensor import TensorAttributes
+from hipdnn_iree.plugin_sdk.types import DataType, NormFwdPhase, PointwiseMode, ReductionMode, as_enum
+from lowering.graph_ir import (ABSENT, ATTRS_BY_KIND, GraphDesc, LoweringError, NodeDesc, OpKind, TensorDesc,
+                               encode_graph)
+from lowering.layout import packed_strides, physical_layout
+
+# Engines ranked by the heuristics (first = preferred); unknown engines go in between.
+_RANKING = ("IREE_LINALG", "NUMPY_REFERENCE")
+# NOTE: no target can address more: x86-64 user space is 2**47 bytes, and GPU virtual address
+# spaces (49 bits) dwarf any device's memory. Larger tensors are refused at validate().
+MAX_TENSOR_BYTES = 2**47
+# Ops whose outputs, when the caller sets no strides, take the stride order (layout) of an input, as
+# cuDNN's and hipDNN's frontends infer them: op kind -> (output field, input field) pairs.
+_STRIDE_ORDER_FROM = {
+    OpKind.CONV_FPROP: (("y_uid", "x_uid"),),
+    OpKind.CONV_DGRAD: (("x_uid", "y_uid"),),     # dx from dy
+    OpKind.CONV_WGRAD: (("w_uid", "x_uid"),),     # dw from x
+    OpKind.POINTWISE: (("out_0_uid", "in_0_uid"), ("out_0_uid", "in_1_uid"), ("out_0_uid", "in_2_uid")),
+}
+_COMPARE_OR_LOGICAL = {PointwiseMode.CMP_EQ, PointwiseMode.CMP_NEQ, PointwiseMode.CMP_GT, PointwiseMode.CMP_GE,
+                       PointwiseMode.CMP_LT, PointwiseMode.CMP_LE, PointwiseMode.LOGICAL_AND,
+                       PointwiseMode.LOGICAL_OR, PointwiseMode.LOGICAL_NOT}
+
+
+
+
+
+class Graph(ConvOps, NormOps, SdpaOps):
+    """An operation graph and, once built, its execution plan.
+
+    Example:
+        >>> import numpy as np, hipdnn_iree as hd                  # doctest: +SKIP
+        >>> g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+        >>> a = g.tensor(name="A", uid=1, dim=[4, 8]); b = g.tensor(name="B", uid=2, dim=[8, 5])
+        >>> g.matmul(a, b).set_output(True).set_uid(3)
+        >>> handle = hd.create_handle(); g.build(handle)
+        >>> c = np.empty((4, 5), np.float32)
+        >>> g.execute(handle, {1: np.ones((4, 8), np.float32), 2: np.ones((8, 5), np.float32), 3: c})
+    """
+
+    def __init__(self, name: str = "graph", io_data_type=DataType.NOT_SET,
+                 intermediate_data_type=DataType.NOT_SET, compute_data_type=DataType.NOT_SET):
+        self.name = str(name)
+        self.io_data_type = as_enum(DataType, io_data_type, f"graph '{self.name}': io_data_type")
+        self.intermediate_data_type = as_enum(DataType, intermediate_data_type,
+                                              f"graph '{self.name}': intermediate_data_type")
+        self.compute_data_type = as_enum(DataType, compute_data_type, f"graph '{self.name}': compute_data_type")
+        self._tensors: list[TensorAttributes] = []
+        self._nodes: list[_Node] = []
+        self._restored = False
+        self._reset_build()
+
+    def _reset_build(self):
+        self._validated = False
+        self._desc: GraphDesc | None = None
+        self._op_graph: bytes | None = None
+        self._handle: Handle | None = None
+        self._candidates: list[int] | None = None
+        self._supported = False
+        self._plan: _backend.ExecutionPlanDescriptor | None = None
+        self._preferred: int | None = getattr(self, "_preferred", None)
+
+    # -- state guards --------------------------------------------------------------
+    def _check_mutable(self):
+        if self._restored:
+            raise HipdnnError(Status.NOT_SUPPORTED, "this graph was restored from a compiled plan: it holds only "
+                                                    "the plan and cannot be modified or rebuilt")
+        if self._plan is not None or self._validated:
+            self._reset_build()
+
+    def _check_not_restored(self, what: str):
+        if self._restored:
+            raise HipdnnError(Status.NOT_SUPPORTED, f"{what}() is not available: this graph was restored from a "
+                                                    "compiled plan and has no source graph")
+
+    # -- tensors -----------------------------------------------------------------------
+    def tensor(self, name=None, uid=None, dim=None, stride=None, data_type=DataType.NOT_SET,
+               is_virtual=False, value=None) -> TensorAttributes:
+        """A graph input (or, with ``value=``, a scalar constant baked into the plan)."""
+        self._check_mutable()
+        if value is not None:
+            if not isinstance(value, numbers.Real) or isinstance(value, bool) and False:
+                raise HipdnnError(Status.BAD_PARAM, f"scalar tensor '{name}': value must be a number, got {value!r}")
+            t = TensorAttributes(self, name=name or f"scalar_{len(self._tensors)}", uid=uid, dim=[], stride=[],
+                                 data_type=data_type if data_type != DataType.NOT_SET else DataType.FLOAT,
+                                 is_virtual=False, value=float(value))
+        else:
+            t = TensorAttributes(self, name=name or f"tensor_{len(self._tensors)}", uid=uid, dim=dim,
+                                 stride=stride, data_type=data_type, is_virtual=is_virtual)
+        self._tensors.append(t)
+        return t
+
+    def _operand(self, x, what: str, op: str) -> TensorAttributes | None:
+        self._check_operand(x, what, op)
+        if isinstance(x, numbers.Real):
+            return self.tensor(name=f"{op}_{what}_const", value=float(x))
+        return x
+
+    def _check_operand(self, x, what: str, op: str) -> None:
+        if x is None or isinstance(x, numbers.Real) and not isinstance(x, bool):
+            return
+        if not isinstance(x, TensorAttributes):
+            raise HipdnnError(Status.BAD_PARAM, f"{op}: {what} must be a TensorAttributes or a number, "
+                                                f"got {type(x).__name__}")
+        if x._graph is not self:
+            raise HipdnnError(Status.BAD_PARAM, f"{op}: {what} '{x.get_name()}' belongs to another graph")
+
+    def _virtual(self, name: str) -> TensorAttributes:
+        t = TensorAttributes(self, name=name, is_virtual=True)
+        self._tensors.append(t)
+        return t
+
+    def _add_node(self, kind: OpKind, name, compute_data_type, inputs: dict, outputs: list[str], params=None):
+        self._check_mutable()
+        name = name or f"{kind.name.lower()}_{len(self._nodes)}"
+        if compute_data_type is not None:   # NOTE: checked before any tensor is added to the graph
+            compute_data_type = as_enum(DataType, compute_data_type, f"{kind.name.lower()} '{name}': compute_data_type")
+        for f, x in inputs.items():
+            self._check_operand(x, f.removesuffix("_uid"), name)
+        ins = {f: self._operand(x, f.removesuffix("_uid"), name) for f, x in inputs.items()}
+        outs = {f: self._virtual(f"{name}::{f.removesuffix('_uid')}") for f in outputs}
+        self._nodes.append(_Node(kind, name, compute_data_type, {**ins, **outs}, params or {}))
+        return [outs[f] for f in outputs]
+
+    # -- ops ---------------------------------------------------------------------------
+    def matmul(self, a, b, compute_data_type=None, name=None) -> TensorAttributes:
+        """``C = A @ B`` over the last two dims; batch dims broadcast; transposes via strides."""
+        return self._add_node(OpKind.MATMUL, name, compute_data_type, {"a_uid": a, "b_uid": b}, ["c_uid"])[0]
+
+    def pointwise(self, a, b=None, c=None, mode=None, alpha=None, beta=None, threshold=None,
+                  compute_data_type=None, name=None) -> TensorAttributes:
+        """Elementwise ``mode`` on 1-3 inputs with PyTorch-style broadcasting."""
+        try:
+            mode = PointwiseMode(mode)
+        except (ValueError, TypeError):
+            raise HipdnnError(Status.BAD_PARAM, f"pointwise: mode must be an hd.PointwiseMode, got {mode!r}") from None
+        params = {"operation": int(mode), "alpha": _opt_float(alpha), "beta": _opt_float(beta),
+                  "threshold": _opt_float(threshold)}
+        return self._add_node(OpKind.POINTWISE, name, compute_data_type,
+                              {"in_0_uid": a, "in_1_uid": b, "in_2_uid": c}, ["out_0_uid"], params)[0]
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def validate(self):
+        """Checks the graph, assigns UIDs to unnamed tensors and infers dims/strides/types."""
+        self._check_not_restored("validate")
+        if not self._nodes:
+            raise HipdnnError(Status.BAD_PARAM, f"graph '{self.name}' has no operations")
+        used = {}
+        for t in self._tensors:
+            if t._uid is not None:
+                if t._uid in used and used[t._uid] is not t:
+                    raise HipdnnError(Status.BAD_PARAM, f"uid {t._uid} is used by tensors '{used[t._uid].get_name()}' "
+                                                        f"and '{t.get_name()}'")
+                used[t._uid] = t
+        next_uid = max([u for u in used] + [0]) + 1
+        for t in self._tensors:
+            if t._uid is None:
+                t._uid, next_uid = next_uid, next_uid + 1
+        produced = {}
+        for n in self._nodes:
+            for f in ATTRS_BY_KIND[n.kind]._OUT:
+                t = n.tensors.get(f)
+                if t is not None:
+                    produced[id(t)] = n
+        for t in self._tensors:
+            if id(t) not in produced and not t.is_scalar():
+                if t._is_virtual:
+                    raise HipdnnError(Status.BAD_PARAM, f"tensor '{t.get_name()}' is virtual but no op produces it")
+                if t._dim is None:
+                    raise HipdnnError(Status.BAD_PARAM, f"input tensor '{t.get_name()}' (uid {t._uid}) has no dims")
+                if t._data_type == DataType.NOT_SET:
+                    if self.io_data_type == DataType.NOT_SET:
+                        raise HipdnnError(Status.BAD_PARAM, f"input tensor '{t.get_name()}' has no data type and "
+                                                            "the graph has no io_data_type")
+                    t._data_type = self.io_data_type
+                self._check_layout(t, is_output=False)
+        # nodes in insertion order must be topological: inputs known before use
+        known = {t._uid: tuple(t._dim) for t in self._tensors if id(t) not in produced and t._dim is not None}
+        for t in self._tensors:
+            if t.is_scalar():
+                known[t._uid] = ()
+        for n in self._nodes:
+            desc = self._node_desc(n)
+            for f in ATTRS_BY_KIND[n.kind]._IN:
+                t = n.tensors.get(f)
+                if t is not None and t._uid not in known:
+                    raise HipdnnError(Status.BAD_PARAM, f"{n.kind.name.lower()} '{n.name}': input {f} "
+                                                        f"'{t.get_name()}' is used before it is produced")
+            # NOTE: outputs whose dims the caller set are visible too, so ops that cannot infer
+            # an output (conv_dgrad's dx, conv_wgrad's dw, reduction) can still check them.
+            preset = {t._uid: tuple(t._dim) for f in ATTRS_BY_KIND[n.kind]._OUT
+                      if (t := n.tensors.get(f)) is not None and t._dim is not None}
+            inferred = INFER[n.kind](desc, lambda u: known[u] if u in known else preset[u])
+            for f in ATTRS_BY_KIND[n.kind]._OUT:
+                t = n.tensors.get(f)
+                if t is None:
+                    continue
+                dims = inferred.get(t._uid)
+                if t._dim is None:
+                    if dims is None:
+                        raise HipdnnError(Status.BAD_PARAM, f"{n.kind.name.lower()} '{n.name}': set the dims of "
+                                                            f"output '{t.get_name()}' (they cannot be inferred)")
+                    t._dim = list(dims)
+                elif dims is not None and tuple(t._dim) != tuple(dims):
+                    raise HipdnnError(Status.BAD_PARAM, f"{n.kind.name.lower()} '{n.name}': output "
+                                                        f"'{t.get_name()}' has dims {t._dim} but the op gives "
+                                                        f"{list(dims)}")
+                if t._data_type == DataType.NOT_SET:
+                    t._data_type = self._default_out_type(n, t)
+                if t._stride is None:
+                    t._stride = _inferred_strides(n, f, t._dim)
+                self._check_layout(t, is_output=not t._is_virtual)
+                known[t._uid] = tuple(t._dim)
+        self._desc = self._graph_desc()
+        self._validated = True
+        return self
+
+    def _default_out_type(self, n: _Node, t: TensorAttributes) -> DataType:
+        if n.kind == OpKind.POINTWISE and PointwiseMode(n.params["operation"]) in _COMPARE_OR_LOGICAL:
+            return DataType.BOOLEAN
+        if t._is_virtual:
+            return self.intermediate_data_type if self.intermediate_data_type != DataType.NOT_SET else DataType.FLOAT
+        if self.io_data_type != DataType.NOT_SET:
+            return self.io_data_type
+        first = next((x for f, x in n.tensors.items() if x is not None and f in ATTRS_BY_KIND[n.kind]._IN), None)
+        return first._data_type if first is not None else DataType.FLOAT
+
+    def _check_layout(self, t: TensorAttributes, is_output: bool):
+        what = f"tensor '{t.get_name()}' (uid {t._uid})"
+        if len(t._dim) == 0:
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: rank-0 tensors (dims []) are not supported; use dims [1] "
+                                                "for a one-element tensor, or g.tensor(value=...) for a constant")
+        if t._stride is None:
+            t._stride = list(packed_strides(t._dim))
+        try:
+            lay = physical_layout(t._dim, t._stride, what)
+        except LoweringError as e:
+            raise HipdnnError(Status.BAD_PARAM, str(e)) from None
+        itemsize = numpy_itemsize(t._data_type)
+        span = 1 + sum((d - 1) * s for d, s in zip(t._dim, t._stride))
+        if span * itemsize > MAX_TENSOR_BYTES:
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: dims {t._dim} with strides {t._stride} span "
+                                                f"{span * itemsize} bytes of {t._data_type.name}, over the "
+                                                f"{MAX_TENSOR_BYTES}-byte (2**47) limit of what a target can address")
+        if is_output and lay.bcast_axes:
+            raise HipdnnError(Status.BAD_PARAM, f"output tensor '{t.get_name()}': stride 0 on axes "
+                                                f"{list(lay.bcast_axes)} is only allowed on inputs")
+
+    def _node_desc(self, n: _Node) -> NodeDesc:
+        cls = ATTRS_BY_KIND[n.kind]
+        kwargs = dict(n.params)
+        for f, t in n.tensors.items():
+            kwargs[f] = ABSENT if t is None else t._uid
+        return NodeDesc(n.name, int(n.compute_data_type), cls(**kwargs))
+
+    def _graph_desc(self) -> GraphDesc:
+        tensors = tuple(TensorDesc(t._uid, t.get_name(), int(t._data_type), tuple(t._dim or ()),
+                                   tuple(t._stride or ()), bool(t._is_virtual), t.is_scalar(),
+                                   float(t._value) if t.is_scalar() else 0.0)
+                        for t in self._tensors)
+        return GraphDesc(self.name, int(self.io_data_type), int(self.intermediate_data_type),
+                         int(self.compute_data_type), tensors, tuple(self._node_desc(n) for n in self._nodes))
+
+    def build_operation_graph(self, handle):
+        """Serializes the graph to FlatBuffer bytes for the backend (validating first if needed)."""
+        self._check_not_restored("build_operation_graph")
+        _check_handle(handle)
+        if not self._validated:
+            self.validate()
+        self._op_graph = encode_graph(self._desc)
+        self._handle = handle
+        return self
+
+    def create_execution_plans(self):
+        """Heuristics: every applicable engine, ranked (IREE_LINALG first)."""
+        self._check_not_restored("create_execution_plans")
+        if self._op_graph is None:
+            raise HipdnnError(Status.NOT_INITIALIZED, "call build_operation_graph(handle) first")
+        rm = self._handle.resource_manager
+        found = []
+        for p in rm.plugins:
+            try:
+                found += [int(e) for e in p.get_applicable_engine_ids(self._op_graph)]
+            except HipdnnError:
+                raise
+            except Exception as e:
+                raise HipdnnError(Status.PLUGIN_ERROR, f"plugin {getattr(p, 'name', p)} failed in "
+                                                       f"get_applicable_engine_ids: {e}") from None
+        rank = {engine_id_from_name(n): i for i, n in enumerate(_RANKING)}
+        found.sort(key=lambda e: rank.get(e, len(_RANKING) - 1.5))
+        if self._preferred is not None and self._preferred in found:
+            found.remove(self._preferred)
+            found.insert(0, self._preferred)
+        self._candidates = found
+        return self
+
+    def check_support(self):
+        self._check_not_restored("check_support")
+        if self._candidates is None:
+            raise HipdnnError(Status.NOT_INITIALIZED, "call create_execution_plans() first")
+        if not self._candidates:
+            kinds = sorted({n.kind.name for n in self._nodes})
+            raise HipdnnError(Status.NOT_SUPPORTED, f"no loaded engine supports graph '{self.name}' (ops: {kinds})")
+        if self._preferred is not None and self._candidates[0] != self._preferred:
+            rm = self._handle.resource_manager
+            loaded = ", ".join(f"{_engine_name(rm.plugin_for(e), e)} (id {e})" for e in rm.engine_ids())
+            label = getattr(self, "_preferred_label", f"id {self._preferred}")
+            if rm.plugin_for(self._preferred) is None:
+                raise HipdnnError(Status.NOT_SUPPORTED, f"preferred engine {label} is not loaded; the handle's "
+                                                        f"engines are: {loaded or 'none'}")
+            raise HipdnnError(Status.NOT_SUPPORTED, f"preferred engine {label} does not support graph "
+                                                    f"'{self.name}'; the handle's engines are: {loaded}")
+        self._supported = True
+        return self
+
+    def build_plans(self):
+        """Builds (for IREE: compiles) the plan of the top-ranked engine."""
+        self._check_not_restored("build_plans")
+        if not self._supported:
+            raise HipdnnError(Status.NOT_INITIALIZED, "call check_support() first")
+        uids = [t.uid for t in self._desc.bound_tensors()]
+        self._plan = _backend.build_execution_plan(self._handle, self._candidates[0], self._op_graph, uids)
+        return self
+
+    def build(self, handle):
+        """``validate``, ``build_operation_graph``, ``create_execution_plans``, ``check_support``, ``build_plans``."""
+        return (self.validate().build_operation_graph(handle).create_execution_plans()
+                .check_support().build_plans())
+
+    def set_preferred_engine_id_ext(self, engine):
+        """Prefers an engine by id or UPPER_CASE name (e.g. ``"NUMPY_REFERENCE"``)."""
+        self._check_not_restored("set_preferred_engine_id_ext")
+        label = engine
+        if isinstance(engine, str):
+            engine = engine_id_from_name(engine)
+        if isinstance(engine, bool) or not isinstance(engine, int):
+            raise HipdnnError(Status.BAD_PARAM, f"engine must be an id or a name, got {engine!r}")
+        self._preferred = int(engine)
+        self._preferred_label = f"'{label}' (id {engine})" if isinstance(label, str) else f"id {engine}"
+        self._candidates, self._supported, self._plan = None, False, None
+        return self
+
+    # -- plan queries & execution --------------------------------------------------------
+    def _require_plan(self, what: str):
+        if self._plan is None:
+            raise HipdnnError(Status.NOT_INITIALIZED, f"{what}: the graph has no built plan; call build(handle) "
+                                                      "(or deserialize_compiled_plan) first")
+        return self._plan
+
+    def get_workspace_size(self) -> int:
+        return self._require_plan("get_workspace_size").get_attribute(_backend.Attribute.EXECUTION_PLAN_WORKSPACE_SIZE)
+
+    def get_execution_plan_engine_id(self) -> int:
+        return self._require_plan("get_execution_plan_engine_id").engine_id
+
+    def get_execution_plan(self) -> _backend.ExecutionPlanDescriptor:
+        return self._require_plan("get_execution_plan")
+
+    def execute(self, handle, variant_pack, workspace=None) -> None:
+        """Runs the plan; outputs are written into the caller's buffers."""
+        plan = self._require_plan("execute")
+        _check_handle(handle)
+        if handle is not plan.handle and (handle.device != plan.handle.device):
+            raise HipdnnError(Status.BAD_PARAM_STREAM_MISMATCH,
+                              f"plan was built for device {plan.handle.device!r} but execute got a handle for "
+                              f"{handle.device!r}")
+        plan.execute(variant_pack, workspace)
+
+    # -- compiled-plan serialization (RFC 0009) ------------------------------------------
+    def serialize_compiled_plan(self, signing_key=None, _envelope_version=None) -> bytes:
+        """The compiled plan as bytes: envelope + plugin payload (for IREE: FUSPLAN + .vmfb).
+
+        Args:
+            signing_key: optional bytes/str; adds an HMAC-SHA256 signature that
+                ``deserialize_compiled_plan(..., verify_key=)`` checks.
+        """
+        plan = self._require_plan("serialize_compiled_plan")
+        if _envelope_version is not None:  # NOTE: only the frozen-corpus script writes old versions
+            return _backend.serialize_execution_plan(plan, signing_key, _envelope_version)
+        n = _backend.get_serialized_execution_plan(plan, 0, None, signing_key)
+        buf = bytearray(n)
+        _backend.get_serialized_execution_plan(plan, n, buf, signing_key)
+        return bytes(buf)
+
+    def to_compiled_plan_binary(self, signing_key=None) -> bytes:
+        return self.serialize_compiled_plan(signing_key)
+
+    def deserialize_compiled_plan(self, handle, data, verify_key=None) -> "Graph":
+        """Restores a compiled plan into this (empty) graph; no compilation happens.
+
+        With ``verify_key`` the plan must carry a valid signature made with that key.
+        """
+        _check_handle(handle)
+        if self._nodes or self._tensors:
+            raise HipdnnError(Status.BAD_PARAM, "deserialize_compiled_plan needs an empty Graph: this one already "
+                                                "has tensors or operations")
+        plan = _backend.create_and_deserialize_execution_plan(handle, data, verify_key)
+        self._reset_build()
+        self._plan, self._handle, self._restored = plan, handle, True
+        return self
+
+    def from_compiled_plan_binary(self, handle, data, verify_key=None) -> "Graph":
+        return self.deserialize_compiled_plan(handle, data, verify_key)
+
+    @classmethod
+    def from_compiled_plan(cls, handle, data, verify_key=None) -> "Graph":
+        return cls().deserialize_compiled_plan(handle, data, verify_key)
+
+    @classmethod
+    def from_compiled_plan_file(cls, handle, path, verify_key=None) -> "Graph":
+        """Restores a plan straight from a plan file, in place: the file is memory-mapped and the
+        IREE module is imported from the mapping without a copy (its bytes are 64-byte aligned in
+        the file), so restoring a large plan costs neither its size in memory nor a read.
+
+        The mapping lives as long as the restored plan. Do not truncate or rewrite the file in
+        place meanwhile (``hd.save_plan`` replaces files atomically, which is safe).
+
+        Example:
+            >>> r = hd.Graph.from_compiled_plan_file(handle, "mlp.plan")   # doctest: +SKIP
+        """
+        from hipdnn_iree.backend.planfile import map_plan
+        return cls().deserialize_compiled_plan(handle, map_plan(path), verify_key)
+
+    def get_compiled_plan_tensor_uids(self) -> list[int]:
+        return self._require_plan("get_compiled_plan_tensor_uids").get_attribute(
+            _backend.Attribute.EXECUTION_PLAN_TENSOR_UIDS_EXT)
+
+    def get_compiled_plan_tensors(self) -> list:
+        """For each bound UID: role, dims, strides and data type, read from the plan alone.
+
+        Lets a caller allocate buffers for a plan they did not build. Returns a list of
+        :class:`hd.PlanTensor`, sorted by uid.
+        """
+        return self._require_plan("get_compiled_plan_tensors").get_attribute(
+            _backend.Attribute.EXECUTION_PLAN_TENSORS_EXT)
+
+    def release(self) -> None:
+        """Releases the plan's engine resources now (instead of at garbage collection)."""
+        if self._plan is not None:
+            self._plan.release()
+            self._plan = None
+
+    @property
+    def is_restored(self) -> bool:
+        return self._restored
+
+    def get_op_graph_bytes(self) -> bytes:
+        """The serialized operation graph (``schemas/graph.fbs``) after build_operation_graph."""
+        if self._op_graph is None:
+            raise HipdnnError(Status.NOT_INITIALIZED, "call build_operation_graph(handle) first")
+        return self._op_graph
+
+    # -- JSON (format: hipdnn_iree/frontend/graph_json.py) -----------------------------------------
+    def to_json(self, indent: int | None = 2) -> str:
+        """The graph, validated first when needed, as JSON text (``hipdnn-iree compile`` reads it).
+
+        Example:
+            >>> g2 = hd.Graph.from_json(g.to_json())                # doctest: +SKIP
+        """
+        from hipdnn_iree.frontend.graph_json import graph_to_json
+        return graph_to_json(self, indent)
+
+    @classmethod
+    def from_json(cls, text) -> "Graph":
+        """A buildable graph from :meth:`to_json` text (str, bytes or the parsed dict)."""
+        from hipdnn_iree.frontend.graph_json import graph_from_json
+        return graph_from_json(text, cls)
+
+
+def numpy_itemsize(data_type) -> int:
+    from hipdnn_iree.plugin_sdk.buffers import numpy_dtype
+    try:
+        return numpy_dtype(int(data_type)).itemsize
+    except (KeyError, HipdnnError):
+        return 1
+
+
+def _inferred_strides(n: _Node, out_field: str, dims) -> list[int]:
+    """Strides for an output the caller left unset: packed, in the stride order of the op's input
+    of the same rank (channels-last in, channels-last out); row-major packed otherwise."""
+    for out_f, in_f in _STRIDE_ORDER_FROM.get(n.kind, ()):
+        ref = n.tensors.get(in_f)
+        if out_f != out_field or ref is None or ref.is_scalar() or ref._stride is None:
+            continue
+        if len(ref._dim) != len(dims) or (n.kind == OpKind.POINTWISE and list(ref._dim) != list(dims)):
+            continue
+        try:
+            lay = physical_layout(ref._dim, ref._stride)
+        except LoweringError:
+            continue
+        if lay.bcast_axes:
+            continue
+        strides, acc = [0] * len(dims), 1
+        for a in reversed(lay.order):
+            strides[a] = acc
+            acc *= dims[a]
+        return strides
+    return list(packed_strides(dims))
+
+
+def _engine_name(plugin, engine_id: int) -> str:
+    return str((getattr(plugin, "engine_names", None) or {}).get(engine_id, "unnamed engine"))
+
+
+def _check_handle(handle):
+    if handle is None:
+        raise HipdnnError(Status.BAD_PARAM_NULL_POINTER, "handle is None: create one with hd.create_handle()")
+    if not isinstance(handle, Handle):
+        raise HipdnnError(Status.BAD_PARAM, f"expected a handle from hd.create_handle(), got {type(handle).__name__}")
+
+
+def _opt_float(v) -> float:
+    if v is None:
+        return math.nan
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise HipdnnError(Status.BAD_PARAM, f"expected a number, got {v!r}")
+    return float(v)

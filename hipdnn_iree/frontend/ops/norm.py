@@ -1,0 +1,184 @@
+"""Frontend methods and shape inference for reduction and normalization ops:
+reduction, batchnorm_inference, layernorm, rmsnorm.
+
+The mixin's methods land on `hd.Graph`; `register_infer` / `register_frontend`
+record each op kind's validation/inference and its method name. The checks
+themselves live in :mod:`lowering.ops.norm` so that validation and lowering
+report the same message.
+"""
+from __future__ import annotations
+
+import numbers
+
+from hipdnn_iree.frontend.ops.registry import bad, register_frontend, register_infer
+from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
+from hipdnn_iree.frontend.tensor import TensorAttributes
+from hipdnn_iree.plugin_sdk.types import NormFwdPhase, ReductionMode, as_enum
+from lowering.graph_ir import LoweringError, NodeDesc, OpKind
+from lowering.ops.norm import (check_batchnorm, check_epsilon, check_layernorm, check_reduction_mode,
+                               check_rmsnorm, reduced_axes, x_dims)
+
+
+class NormOps:
+    """Mixed into :class:`hd.Graph`."""
+
+    def reduction(self, x, mode=None, compute_data_type=None, name=None) -> TensorAttributes:
+        """Reduces ``x`` over the axes where the output has size 1.
+
+        The caller sets the output's dims: same rank as ``x``, 1 on every reduced
+        axis and ``x``'s size elsewhere. Modes: ADD, MUL, MIN, MAX, AMAX (max of
+        ``|x|``), AVG, NORM1 (sum of ``|x|``), NORM2 (square root of the sum of
+        squares) and MUL_NO_ZEROS (product of the non-zero elements; a slice of
+        zeros only gives 1, the empty product). Accumulates in the compute type
+        (FLOAT unless set) and rounds once to the output type.
+
+        Example:
+            >>> import hipdnn_iree as hd
+            >>> g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+            >>> x = g.tensor(name="X", uid=1, dim=[8, 16, 4])
+            >>> y = g.reduction(x, mode=hd.ReductionMode.AVG).set_dim([8, 1, 1]).set_output(True)
+            >>> g.validate() is g
+            True
+        """
+        mode = _enum(ReductionMode, mode, "reduction", "mode")
+        return self._add_node(OpKind.REDUCTION, name, compute_data_type, {"x_uid": x}, ["y_uid"],
+                              {"mode": int(mode)})[0]
+
+    def batchnorm_inference(self, x, mean, inv_variance, scale, bias, compute_data_type=None,
+                            name=None) -> TensorAttributes:
+        """``y = (x - mean) * inv_variance * scale + bias`` with per-channel statistics.
+
+        ``mean``, ``inv_variance``, ``scale`` and ``bias`` have dims ``[1, C, 1, ...]``
+        where ``C`` is axis 1 of ``x``; ``y`` has ``x``'s dims.
+
+        Example:
+            >>> import hipdnn_iree as hd
+            >>> g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+            >>> x = g.tensor(name="X", uid=1, dim=[2, 3, 4, 4])
+            >>> m, v, s, b = (g.tensor(name=n, uid=u, dim=[1, 3, 1, 1]) for n, u in
+            ...               (("mean", 2), ("inv_var", 3), ("scale", 4), ("bias", 5)))
+            >>> g.batchnorm_inference(x, m, v, s, b).set_output(True).get_dim() is None
+            True
+        """
+        return self._add_node(OpKind.BATCHNORM_INFERENCE, name, compute_data_type,
+                              {"x_uid": x, "mean_uid": mean, "inv_variance_uid": inv_variance,
+                               "scale_uid": scale, "bias_uid": bias}, ["y_uid"])[0]
+
+    def layernorm(self, x, scale, bias, epsilon=1e-5, forward_phase=NormFwdPhase.INFERENCE,
+                  compute_data_type=None, name=None):
+        """Layer normalization over every axis but axis 0 (the batch), as hipDNN/cuDNN do.
+
+        ``y = (x - mean) * inv_variance * scale + bias`` where, per batch row,
+        ``mean`` and the biased variance ``var`` are taken over axes 1.. and
+        ``inv_variance = 1 / sqrt(var + epsilon)``. ``scale`` and ``bias`` have
+        dims ``[1, *x.dims[1:]]``.
+
+        Returns:
+            ``(y, mean, inv_variance)``; in the TRAINING phase ``mean`` and
+            ``inv_variance`` are outputs of dims ``[N, 1, 1, ...]``, in INFERENCE
+            they are ``None``.
+
+        Example:
+            >>> import hipdnn_iree as hd
+            >>> g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+            >>> x = g.tensor(name="X", uid=1, dim=[4, 64])
+            >>> s, b = g.tensor(name="scale", uid=2, dim=[1, 64]), g.tensor(name="bias", uid=3, dim=[1, 64])
+            >>> y, mean, inv_var = g.layernorm(x, s, b, epsilon=1e-5,
+            ...                                forward_phase=hd.NormFwdPhase.TRAINING)
+            >>> [t.set_output(True) is t for t in (y, mean, inv_var)]
+            [True, True, True]
+        """
+        phase = _enum(NormFwdPhase, forward_phase, "layernorm", "forward_phase")
+        name = self._norm_name(OpKind.LAYERNORM, name, epsilon)
+        outs = ["y_uid"] + (["mean_uid", "inv_variance_uid"] if phase == NormFwdPhase.TRAINING else [])
+        res = self._add_node(OpKind.LAYERNORM, name, compute_data_type,
+                             {"x_uid": x, "scale_uid": scale, "bias_uid": bias, "epsilon_uid": epsilon},
+                             outs, {"phase": int(phase)})
+        return (res[0], res[1], res[2]) if len(res) == 3 else (res[0], None, None)
+
+    def rmsnorm(self, x, scale, epsilon=1e-5, compute_data_type=None, name=None) -> TensorAttributes:
+        """RMS normalization over every axis but axis 0: ``y = x / sqrt(mean(x^2) + epsilon) * scale``.
+
+        ``scale`` has dims ``[1, *x.dims[1:]]``.
+
+        Example:
+            >>> import hipdnn_iree as hd
+            >>> g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+            >>> x = g.tensor(name="X", uid=1, dim=[4, 64])
+            >>> y = g.rmsnorm(x, g.tensor(name="scale", uid=2, dim=[1, 64]), epsilon=1e-6)
+        """
+        name = self._norm_name(OpKind.RMSNORM, name, epsilon)
+        return self._add_node(OpKind.RMSNORM, name, compute_data_type,
+                              {"x_uid": x, "scale_uid": scale, "epsilon_uid": epsilon}, ["y_uid"])[0]
+
+    def _norm_name(self, kind: OpKind, name, epsilon) -> str:
+        """The node's name; checks a known epsilon value now.
+
+        NOTE: shape inference sees dims only, not scalar values, so a negative
+        epsilon is reported here, at the call that passes it (and again by the
+        lowering for graphs that come from bytes).
+        """
+        name = name or f"{kind.name.lower()}_{len(self._nodes)}"
+        value = epsilon.get_value() if isinstance(epsilon, TensorAttributes) else epsilon
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            try:
+                check_epsilon(float(value))
+            except LoweringError as e:
+                raise HipdnnError(Status.BAD_PARAM, f"{kind.name.lower()} '{name}': {e}") from None
+        return name
+
+
+def _enum(cls, value, op: str, field: str):
+    return as_enum(cls, value, f"{op}: {field}")
+
+
+def _optional_dims(dims, uid):
+    """Dims of ``uid`` if validation already knows them (user-set output dims), else None."""
+    try:
+        return dims(uid)
+    except KeyError:
+        return None
+
+
+def _wrap(node: NodeDesc, check):
+    try:
+        return check()
+    except LoweringError as e:
+        raise bad(node, str(e)) from None
+
+
+@register_infer(OpKind.REDUCTION)
+def infer_reduction(node: NodeDesc, dims) -> dict:
+    at = node.attrs
+    _wrap(node, lambda: check_reduction_mode(at.mode))
+    x = _wrap(node, lambda: x_dims(at, dims))
+    if len(x) == 0:
+        raise bad(node, f"field 'x' dims {list(x)}: a reduction needs an input of rank >= 1")
+    # NOTE: the output dims say which axes are reduced, so they cannot be inferred;
+    # when the lookup knows the user-set dims they are checked here, otherwise the
+    # lowering checks them (same message) when the plan is built.
+    y = _optional_dims(dims, at.y_uid)
+    if y is not None:
+        _wrap(node, lambda: reduced_axes(x, y))
+    return {}
+
+
+@register_infer(OpKind.BATCHNORM_INFERENCE)
+def infer_batchnorm_inference(node: NodeDesc, dims) -> dict:
+    return _wrap(node, lambda: check_batchnorm(node.attrs, dims))
+
+
+@register_infer(OpKind.LAYERNORM)
+def infer_layernorm(node: NodeDesc, dims) -> dict:
+    return _wrap(node, lambda: check_layernorm(node.attrs, dims))
+
+
+@register_infer(OpKind.RMSNORM)
+def infer_rmsnorm(node: NodeDesc, dims) -> dict:
+    return _wrap(node, lambda: check_rmsnorm(node.attrs, dims))
+
+
+register_frontend(OpKind.REDUCTION, "reduction")
+register_frontend(OpKind.BATCHNORM_INFERENCE, "batchnorm_inference")
+register_frontend(OpKind.LAYERNORM, "layernorm")
+register_frontend(OpKind.RMSNORM, "rmsnorm")

@@ -1,0 +1,98 @@
+"""Frontend methods and shape inference for Scaled dot-product attention: sdpa.
+
+The mixin's methods land on `hd.Graph`; `register_infer` / `register_frontend`
+record each op kind's validation/inference and its method name.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+from hipdnn_iree.frontend.ops.registry import bad, register_frontend, register_infer
+from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
+from hipdnn_iree.plugin_sdk.types import DataType
+from lowering.graph_ir import ABSENT, LoweringError, NodeDesc, OpKind
+
+_FLOAT_COMPUTE = (DataType.NOT_SET, DataType.FLOAT, DataType.HALF, DataType.BFLOAT16, DataType.DOUBLE)
+
+
+class SdpaOps:
+    """Mixed into :class:`hd.Graph`."""
+
+    def sdpa(self, q, k, v, attn_scale=None, is_causal=False, mask=None, compute_data_type=None, name=None):
+        """Scaled dot-product attention: ``o = softmax(q k^T * attn_scale + mask) v``.
+
+        Logical dims (cuDNN/hipDNN order; other memory layouts such as BSHD go in the strides):
+        q ``[B, Hq, Sq, D]``, k ``[B, Hk, Skv, D]``, v ``[B, Hk, Skv, Dv]`` -> o ``[B, Hq, Sq, Dv]``.
+        With ``Hk < Hq`` (``Hq % Hk == 0``) this is grouped-query attention: query head ``h``
+        attends with kv head ``h // (Hq / Hk)``.
+
+        Args:
+            q, k, v: query, key and value tensors.
+            attn_scale: positive factor applied to ``q k^T``; ``None`` means ``1 / sqrt(D)``.
+            is_causal: query ``i`` attends only to keys ``j <= i``. The mask is aligned to the
+                top-left corner (as PyTorch's ``is_causal``), also when ``Sq != Skv``: with
+                ``Sq > Skv`` the last queries see every key; with ``Sq < Skv`` the trailing keys
+                are seen by no query.
+            mask: optional tensor broadcastable (right-aligned) to ``[B, Hq, Sq, Skv]``. A BOOLEAN
+                mask keeps the scores where it is true (PyTorch's boolean ``attn_mask``); a float
+                mask is added to the scaled scores. A query whose keys are all masked gets 0.
+            compute_data_type: accumulation type (FLOAT when unset); the result is rounded once
+                to o's type. On GPU targets the fused attention op additionally rounds the scaled
+                q and the softmax weights to the input type before its f32 products.
+            name: node name.
+
+        Returns:
+            The virtual output tensor o.
+
+        Example:
+            >>> import hipdnn_iree as hd
+            >>> g = hd.Graph(io_data_type=hd.DataType.HALF, compute_data_type=hd.DataType.FLOAT)
+            >>> q = g.tensor(name="Q", dim=[1, 4, 16, 64])
+            >>> kv = [g.tensor(name=n, dim=[1, 2, 32, 64]) for n in "KV"]
+            >>> o = g.sdpa(q, *kv, is_causal=True).set_output(True)
+            >>> _ = g.validate()
+            >>> o.get_dim()
+            [1, 4, 16, 64]
+        """
+        if attn_scale is not None and (isinstance(attn_scale, bool) or not isinstance(attn_scale, numbers.Real)
+                                       or math.isnan(attn_scale)):
+            raise HipdnnError(Status.BAD_PARAM, f"sdpa: attn_scale must be a positive number or None (meaning "
+                                                f"1/sqrt(head_dim)), got {attn_scale!r}")
+        if not isinstance(is_causal, bool):
+            raise HipdnnError(Status.BAD_PARAM, f"sdpa: is_causal must be a bool, got {is_causal!r}")
+        mask_type = getattr(mask, "_data_type", DataType.NOT_SET)
+        if mask_type not in _FLOAT_COMPUTE + (DataType.BOOLEAN,):
+            raise HipdnnError(Status.BAD_PARAM, f"sdpa: mask '{mask.get_name()}' has data type {mask_type.name}; "
+                                                f"use BOOLEAN (true = keep) or a float type (added to the scores)")
+        params = {"attn_scale": math.nan if attn_scale is None else float(attn_scale), "is_causal": is_causal}
+        return self._add_node(OpKind.SDPA, name, compute_data_type,
+                              {"q_uid": q, "k_uid": k, "v_uid": v, "mask_uid": mask}, ["o_uid"], params)[0]
+
+
+register_frontend(OpKind.SDPA, "sdpa")
+
+
+@register_infer(OpKind.SDPA)
+def infer_sdpa(node: NodeDesc, dims) -> dict:
+    """Checks q/k/v/mask dims, attn_scale and the compute type; returns o's dims."""
+    from lowering.ops.sdpa import mask_broadcasts, sdpa_shape
+    at = node.attrs
+    q, k, v = dims(at.q_uid), dims(at.k_uid), dims(at.v_uid)
+    try:
+        out = sdpa_shape(q, k, v)
+    except LoweringError as e:
+        raise bad(node, str(e)) from None
+    scale = at.attn_scale
+    if not math.isnan(scale) and not (math.isfinite(scale) and scale > 0):
+        raise bad(node, f"field 'attn_scale' value {scale}: it must be a positive finite number "
+                        f"(or unset for 1/sqrt(head_dim))")
+    if at.mask_uid != ABSENT:
+        scores = (q[0], q[1], q[2], k[2])
+        if not mask_broadcasts(dims(at.mask_uid), scores):
+            raise bad(node, f"field 'mask_uid' dims {list(dims(at.mask_uid))} do not broadcast to the scores "
+                            f"{list(scores)} [B, Hq, Sq, Skv]: each mask dim must be 1 or match")
+    if node.compute_data_type not in _FLOAT_COMPUTE:
+        raise bad(node, f"field 'compute_data_type' value {DataType(node.compute_data_type).name}: "
+                        f"sdpa computes in a float type")
+    return {at.o_uid: out}

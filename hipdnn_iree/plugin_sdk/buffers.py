@@ -1,0 +1,290 @@
+"""Variant-pack checking: caller buffers -> dense views in memory order.
+
+Every check runs before anything executes, so a rejected call leaves the
+caller's buffers untouched. Outputs are written only after execution
+succeeded (see the plugins).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
+from lowering._emit import ELEMENT_TYPES
+from lowering.layout import Layout, LoweringError, physical_layout
+
+try:  # bfloat16 for numpy (a dependency of iree-base-runtime)
+    import ml_dtypes as _ml_dtypes
+except ImportError:  # pragma: no cover
+    _ml_dtypes = None
+
+
+def empty_aligned(shape, dtype=np.float32, alignment: int = 64) -> np.ndarray:
+    """An uninitialized C-contiguous array whose data is ``alignment``-byte aligned.
+
+    IREE imports 64-byte aligned host arrays without copying (zero-copy inputs, in-place
+    outputs on CPU handles); other arrays are copied in and out.
+
+    Example:
+        >>> a = empty_aligned((4, 8), np.float32)
+        >>> a.ctypes.data % 64
+        0
+    """
+    try:
+        dtype = np.dtype(dtype)
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        if any(isinstance(d, bool) or int(d) != d or d < 0 for d in shape):
+            raise ValueError
+        shape = tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise HipdnnError(Status.BAD_PARAM, f"empty_aligned: shape must be non-negative ints and dtype a numpy "
+                                            f"dtype, got shape={shape!r}, dtype={dtype!r}") from None
+    if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+        raise HipdnnError(Status.BAD_PARAM, f"empty_aligned: alignment must be a power of two, got {alignment!r}")
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + alignment, np.uint8)
+    off = (-raw.ctypes.data) % alignment
+    return raw[off:off + nbytes].view(dtype).reshape(shape)
+
+
+def numpy_dtype(data_type: int) -> np.dtype:
+    name = ELEMENT_TYPES[data_type][1]
+    if name == "bfloat16":
+        if _ml_dtypes is None:
+            raise HipdnnError(Status.NOT_SUPPORTED, "BFLOAT16 buffers need the ml_dtypes package")
+        return np.dtype(_ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+@dataclass(frozen=True)
+class BoundTensor:
+    """A tensor bound at execute time, as the plan knows it."""
+
+    uid: int
+    name: str
+    role: str            # "input" | "output"
+    data_type: int       # hd.DataType value
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    # NOTE: cached per tensor: execute() consults them on every call (cached_property writes the
+    # instance __dict__ directly, which a frozen dataclass allows).
+    @functools.cached_property
+    def layout(self) -> Layout:
+        return physical_layout(self.dims, self.strides, f"tensor '{self.name}' (uid {self.uid})")
+
+    @functools.cached_property
+    def dtype(self) -> np.dtype:
+        return numpy_dtype(self.data_type)
+
+    def describe(self) -> dict:
+        from hipdnn_iree.plugin_sdk.types import DataType
+        return {"uid": self.uid, "name": self.name, "role": self.role,
+                "data_type": DataType(self.data_type), "dims": list(self.dims), "strides": list(self.strides)}
+
+
+def _as_array(uid: int, t: BoundTensor, buf) -> np.ndarray:
+    if isinstance(buf, np.ndarray):
+        return buf
+    if hasattr(buf, "__dlpack__"):
+        dev = getattr(buf, "__dlpack_device__", None)
+        if callable(dev) and int(dev()[0]) not in (1, 3):   # kDLCPU, kDLCUDAHost
+            raise HipdnnError(Status.BAD_PARAM, f"variant pack uid {uid} ('{t.name}'): buffer lives on "
+                                                f"{_DLPACK_NAMES.get(int(dev()[0]), dev()[0])} memory, but the "
+                                                "handle's device is the CPU: pass host memory")
+        try:
+            return _host_from_dlpack(buf)
+        except Exception as e:
+            raise HipdnnError(Status.BAD_PARAM, f"variant pack uid {uid} ('{t.name}'): the DLPack object "
+                                                f"{type(buf).__name__} cannot be read as host memory: {e}") from None
+    raise HipdnnError(Status.BAD_PARAM, f"variant pack uid {uid} ('{t.name}'): expected a numpy array or an "
+                                        f"object with __dlpack__, got {type(buf).__name__}")
+
+
+def _host_from_dlpack(obj) -> np.ndarray:
+    """A numpy array over a host DLPack tensor's memory (no copy).
+
+    numpy's DLPack import has no bfloat16; such tensors (torch's) are read as int16 over the same
+    memory and viewed as ``ml_dtypes.bfloat16``.
+    """
+    try:
+        return np.from_dlpack(obj)
+    except Exception:
+        if _dtype_name(obj) != "bfloat16" or _ml_dtypes is None:
+            raise
+        import sys
+        torch = sys.modules.get("torch")
+        if torch is None or not isinstance(obj, torch.Tensor):
+            raise
+        return np.from_dlpack(obj.view(torch.int16)).view(_ml_dtypes.bfloat16)
+
+
+def _shape_error(what: str, shape, t: BoundTensor, lay: Layout) -> HipdnnError:
+    return HipdnnError(Status.BAD_PARAM,
+                       f"{what}: buffer of shape {list(shape)} matches neither the tensor's dims {list(t.dims)} "
+                       f"(with strides {list(t.strides)}) nor its memory-order shape {list(lay.phys_shape)}; pass "
+                       f"an array of dims {list(t.dims)} laid out as declared, or a C-contiguous array of shape "
+                       f"{list(lay.phys_shape)}")
+
+
+def dense_view(t: BoundTensor, arr: np.ndarray) -> np.ndarray:
+    """A C-contiguous view of ``arr`` in memory order (``layout.phys_shape``); never a copy."""
+    try:
+        lay = t.layout
+    except LoweringError as e:
+        raise HipdnnError(Status.BAD_PARAM, str(e)) from None
+    what = f"tensor '{t.name}' (uid {t.uid})"
+    if arr.dtype != t.dtype:
+        raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer has dtype {arr.dtype}, the plan needs {t.dtype}")
+    # NOTE: exactly two shapes are accepted: the logical dims with the declared strides, or the
+    # memory-order shape, C-contiguous. A buffer that merely has the right element count is refused
+    # (it is how transposition bugs in user code show up).
+    item = arr.itemsize
+    bad = ([a for a in range(arr.ndim) if t.dims[a] > 1 and arr.strides[a] != t.strides[a] * item]
+           if arr.shape == t.dims else None)
+    if bad == []:
+        view = arr[tuple(0 if a in lay.bcast_axes else slice(None) for a in range(arr.ndim))]
+        kept = [a for a in range(arr.ndim) if a not in lay.bcast_axes]
+        view = view.transpose([kept.index(a) for a in lay.order])
+    elif arr.shape == lay.phys_shape and arr.flags.c_contiguous:
+        view = arr
+    elif bad:
+        got = [s // item if s % item == 0 else s / item for s in arr.strides]
+        raise HipdnnError(Status.BAD_PARAM,
+                          f"{what}: buffer strides {got} (elements) do not match the declared strides "
+                          f"{list(t.strides)} on axes {bad}; pass an array laid out as declared")
+    else:
+        raise _shape_error(what, arr.shape, t, lay)
+    if not view.flags.c_contiguous:
+        raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer is not dense in the declared layout")
+    return view
+
+
+def bind_variant_pack(tensors: list[BoundTensor], variant_pack) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
+    """Checks ``variant_pack`` against ``tensors``; returns (inputs, outputs) as dense views."""
+    _check_pack_keys(tensors, variant_pack)
+    ins, outs = {}, {}
+    for t in tensors:
+        arr = _as_array(t.uid, t, variant_pack[t.uid])
+        view = dense_view(t, arr)
+        if t.role == "output":
+            if not arr.flags.writeable:
+                raise HipdnnError(Status.BAD_PARAM, f"output tensor '{t.name}' (uid {t.uid}): buffer is read-only")
+            outs[t.uid] = view
+        else:
+            ins[t.uid] = view
+    for ou, o in outs.items():
+        for iu, i in list(ins.items()) + [(u, v) for u, v in outs.items() if u != ou]:
+            if np.shares_memory(o, i):
+                raise HipdnnError(Status.BAD_PARAM, f"output uid {ou} shares memory with uid {iu}; "
+                                                    "outputs must not alias other buffers")
+    return ins, outs
+
+
+def logical_from_dense(t: BoundTensor, view: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`dense_view`: the logical (dims-shaped) array, broadcast axes included."""
+    lay = t.layout
+    kept = [a for a in range(len(t.dims)) if a not in lay.bcast_axes]
+    arr = view.transpose([lay.order.index(a) for a in kept])
+    arr = np.expand_dims(arr, tuple(lay.bcast_axes)) if lay.bcast_axes else arr
+    return np.broadcast_to(arr, t.dims)
+
+
+def dense_from_logical(t: BoundTensor, arr: np.ndarray) -> np.ndarray:
+    """A logical (dims-shaped) array -> memory order (``layout.phys_shape``)."""
+    return np.asarray(arr).transpose(t.layout.order)
+
+
+# ---------------------------------------------------------------------------
+# Device-resident tensors (DLPack): checked the same way, never copied to the host.
+# ---------------------------------------------------------------------------
+
+_DLPACK_DEVICE_TYPES = {"cuda": (2,), "hip": (10,)}   # kDLCUDA, kDLROCM
+_DLPACK_NAMES = {1: "host (CPU)", 2: "CUDA", 3: "CUDA host", 10: "ROCm"}
+
+
+def _obj_strides(obj, shape):
+    if callable(getattr(obj, "stride", None)):      # torch
+        return tuple(int(s) for s in obj.stride())
+    st, item = getattr(obj, "strides", None), getattr(getattr(obj, "dtype", None), "itemsize", None)
+    if st is not None and item:                       # cupy / numpy-like: bytes
+        return tuple(int(s) // item for s in st)
+    from lowering.layout import packed_strides
+    return packed_strides(shape)                      # jax and friends: always dense row-major
+
+
+def _dtype_name(obj) -> str:
+    return str(getattr(obj, "dtype", "?")).rsplit(".", 1)[-1]
+
+
+def _permute(obj, order):
+    if tuple(order) == tuple(range(len(order))):
+        return obj
+    return obj.permute(*order) if callable(getattr(obj, "permute", None)) else obj.transpose(tuple(order))
+
+
+def _check_pack_keys(tensors, variant_pack):
+    if variant_pack is None:
+        raise HipdnnError(Status.BAD_PARAM_NULL_POINTER, "variant_pack is None: pass a dict {uid: buffer}")
+    if not isinstance(variant_pack, dict):
+        raise HipdnnError(Status.BAD_PARAM, f"variant_pack must be a dict {{uid: buffer}}, got {type(variant_pack).__name__}")
+    known = {t.uid: t for t in tensors}
+    missing = sorted(u for u in known if u not in variant_pack)
+    if missing:
+        raise HipdnnError(Status.BAD_PARAM, "variant pack is missing uid(s) " + ", ".join(
+            f"{u} ('{known[u].name}')" for u in missing) + f"; the plan binds uids {sorted(known)}")
+    extra = sorted(u for u in variant_pack if u not in known)
+    if extra:
+        raise HipdnnError(Status.BAD_PARAM, f"variant pack has unknown uid(s) {extra}; the plan binds uids {sorted(known)}")
+
+
+def bind_device_pack(tensors: list[BoundTensor], variant_pack, driver: str) -> dict:
+    """Checks device tensors (``__dlpack__`` objects on the handle's GPU); returns uid -> dense view object."""
+    _check_pack_keys(tensors, variant_pack)
+    want_types = _DLPACK_DEVICE_TYPES.get(driver, ())
+    dense = {}
+    for t in tensors:
+        what = f"tensor '{t.name}' (uid {t.uid})"
+        obj = variant_pack[t.uid]
+        if isinstance(obj, np.ndarray) or not hasattr(obj, "__dlpack__") or not hasattr(obj, "__dlpack_device__"):
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: got {type(obj).__name__} in host memory, but the handle's "
+                                                f"device is {driver}: pass a device tensor (torch/cupy/jax on the GPU)")
+        dev_type, _ = obj.__dlpack_device__()
+        if int(dev_type) not in want_types:
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer lives on {_DLPACK_NAMES.get(int(dev_type), dev_type)} "
+                                                f"memory, but the handle's device is {driver}")
+        if _dtype_name(obj) != t.dtype.name:
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer has dtype {_dtype_name(obj)}, the plan needs {t.dtype.name}")
+        lay = t.layout
+        shape = tuple(int(d) for d in obj.shape)
+        from lowering.layout import packed_strides
+        strides = _obj_strides(obj, shape)
+        bad = ([a for a in range(len(shape)) if t.dims[a] > 1 and strides[a] != t.strides[a]]
+               if shape == t.dims else None)
+        if bad == []:
+            view = obj[tuple(0 if a in lay.bcast_axes else slice(None) for a in range(len(shape)))]
+            kept = [a for a in range(len(shape)) if a not in lay.bcast_axes]
+            view = _permute(view, [kept.index(a) for a in lay.order])
+        elif shape == lay.phys_shape and tuple(strides) == tuple(packed_strides(shape)):
+            view = obj
+        elif bad:
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer strides {list(strides)} do not match the declared "
+                              f"strides {list(t.strides)} on axes {bad}")
+        else:
+            raise _shape_error(what, shape, t, lay)
+        dense[t.uid] = view
+    return dense
+
+
+def synchronize_producers(objs) -> None:
+    """Waits for pending work of the libraries that produced ``objs`` (their current streams)
+    so IREE reads finished inputs and writes outputs nobody is still using."""
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is not None and any(isinstance(o, torch.Tensor) for o in objs):
+        torch.cuda.current_stream().synchronize()
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and any(isinstance(o, cupy.ndarray) for o in objs):
+        cupy.cuda.get_current_stream().synchronize()

@@ -1,0 +1,411 @@
+"""Persistent compile cache: a compiled ``.vmfb`` is reused across processes.
+
+Building a graph whose module is already in the cache skips lowering and the IREE
+compiler. Entries are keyed by SHA-256 over everything that changes the output: the
+canonical graph FlatBuffer bytes, the target string, the full compiler flag list, the
+IREE compiler version (and revision), the hipdnn-iree version and a digest of the code
+that turns a graph into a module (the ``lowering`` package and the IREE engine), so an
+edited lowering never serves stale modules from a development checkout.
+
+Settings (read at each build):
+
+- ``HIPDNN_IREE_CACHE_DIR``: the folder; default ``$XDG_CACHE_HOME/hipdnn-iree`` or
+  ``~/.cache/hipdnn-iree``.
+- ``HIPDNN_IREE_CACHE``: ``0``/``false``/``off``/``no`` turns the cache off (default on).
+- ``HIPDNN_IREE_CACHE_MAX_BYTES``: size cap (suffixes K, M, G allowed; default 1 GiB);
+  least-recently-used entries (by mtime, touched on every hit) are evicted past it.
+- ``hd.create_handle(cache=...)``: ``False`` off, ``True`` on, a path: that folder; it wins
+  over ``HIPDNN_IREE_CACHE``.
+
+Entry file ``<key>.hdc`` (all integers little-endian):
+
+| offset | size | field |
+|---|---|---|
+| 0 | 8 | magic ``b"HDICACHE"`` |
+| 8 | 2 | entry format version (1) |
+| 10 | 2 | header size (56) |
+| 12 | 4 | meta length ``m`` (UTF-8 JSON: key, dispatch count, ABI, flags, versions, MLIR) |
+| 16 | 8 | module length ``v`` |
+| 24 | 32 | SHA-256 of the body (meta followed by module) |
+| 56 | m + v | body |
+
+A file whose header, length, digest or meta does not check out is deleted and the graph
+is compiled again; its module is never loaded. Writes go to a temporary file in the same
+folder, are fsync'ed, then renamed over the entry, so concurrent builders of one graph
+each leave a complete entry and readers never see a partial one.
+
+Trust: entries hold native code that runs on a hit, like plan files. The folder is
+created private to the user (mode 0700); do not point it at a folder others can write.
+
+Example:
+    >>> import hipdnn_iree as hd                                 # doctest: +SKIP
+    >>> h = hd.create_handle(cache="/tmp/my-cache")   # or cache=False to always compile
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import re
+import struct
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
+
+ENV_DIR = "HIPDNN_IREE_CACHE_DIR"
+ENV_ENABLED = "HIPDNN_IREE_CACHE"
+ENV_MAX_BYTES = "HIPDNN_IREE_CACHE_MAX_BYTES"
+DEFAULT_MAX_BYTES = 1 << 30
+MAGIC = b"HDICACHE"
+# History: 1 (2026-11-29) first layout (header above; meta keys key, dispatch_count, abi, flags, mlir).
+ENTRY_FORMAT = 1
+SUFFIX = ".hdc"
+_HEADER = struct.Struct("<8sHHIQ32s")
+_KEY_DOMAIN = b"hipdnn-iree compile cache key v1\0"
+_STALE_TMP_S = 3600.0
+_LOG = logging.getLogger("hipdnn_iree.cache")
+
+
+@dataclass(frozen=True)
+class CachedModule:
+    """What a compile gives the IREE engine, as stored in (or read from) an entry."""
+
+    vmfb: bytes
+    abi: dict
+    dispatch_count: int | None
+    flags: tuple[str, ...] = ()
+    mlir: str | None = None
+    compiler_version: str = ""
+
+
+@dataclass
+class CacheStats:
+    """Per-process counters (tests and benchmarks read them)."""
+
+    hits: int = 0
+    misses: int = 0
+    stores: int = 0
+    corrupt: int = 0
+    evicted: int = 0
+
+    def reset(self) -> None:
+        self.hits = self.misses = self.stores = self.corrupt = self.evicted = 0
+
+
+STATS = CacheStats()
+
+
+# -- key ---------------------------------------------------------------------------------
+def cache_key(op_graph: bytes, target: str, flags, compiler_version: str, package_version: str,
+              code_digest: str = "") -> str:
+    """The entry key: hex SHA-256 over the length-prefixed parts (pure; no I/O).
+
+    Example:
+        >>> k = cache_key(b"graph", "llvm-cpu:host", ["--a"], "3.13.0", "0.1.0")
+        >>> k != cache_key(b"graph", "llvm-cpu:znver3", ["--a"], "3.13.0", "0.1.0")
+        True
+    """
+    h = hashlib.sha256(_KEY_DOMAIN)
+    for part in (bytes(op_graph), str(target).encode(), json.dumps([str(f) for f in flags]).encode(),
+                 str(compiler_version).encode(), str(package_version).encode(), str(code_digest).encode()):
+        h.update(struct.pack("<Q", len(part)))
+        h.update(part)
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def compiler_identity() -> str:
+    """The IREE compiler's version and revision, read without importing the compiler.
+
+    NOTE: importing ``iree.compiler`` costs time and a restored-only process may block it;
+    the installed distribution's ``version.py`` holds the same strings.
+    """
+    from importlib import metadata
+    for dist_name in ("iree-base-compiler", "iree-compiler"):
+        try:
+            dist = metadata.distribution(dist_name)
+        except metadata.PackageNotFoundError:
+            continue
+        text = ""
+        for f in dist.files or ():
+            if str(f).replace("\\", "/").endswith("iree/compiler/version.py"):
+                try:
+                    text = f.read_text(encoding="utf-8")
+                except OSError:
+                    text = ""
+                break
+        found = dict(re.findall(r'^(VERSION|PACKAGE_SUFFIX)\s*=\s*"([^"]*)"', text, re.M))
+        revision = re.search(r'"IREE"\s*:\s*"([0-9a-fA-F]+)"', text)
+        return (f"{dist_name} {dist.version} VERSION={found.get('VERSION', '?')}{found.get('PACKAGE_SUFFIX', '')} "
+                f"IREE={revision.group(1) if revision else '?'}")
+    from hipdnn_iree.plugins.iree_linalg.compile import compiler_version  # NOTE: imports the compiler; last resort
+    return f"iree.compiler VERSION={compiler_version()}"
+
+
+def compiler_version_string() -> str:
+    """``iree.compiler.version.VERSION`` as the compile path reports it (no import)."""
+    m = re.search(r"VERSION=(\S+)", compiler_identity())
+    return m.group(1) if m else ""
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """SHA-256 of the sources that turn graph bytes into a module (lowering + IREE engine)."""
+    import lowering
+    files = []
+    root = os.path.dirname(os.path.abspath(lowering.__file__))
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        files += [os.path.join(dirpath, f) for f in filenames if f.endswith(".py")]
+    engine = os.path.dirname(os.path.abspath(__file__))   # NOTE: this package, without importing it
+    files += [os.path.join(engine, f) for f in ("plugin.py", "compile.py", "targets.py")]
+    h = hashlib.sha256()
+    for path in sorted(files):
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        rel = os.path.relpath(path, os.path.dirname(root)).replace(os.sep, "/").encode()
+        h.update(struct.pack("<Q", len(rel)) + rel + struct.pack("<Q", len(data)) + data)
+    return h.hexdigest()
+
+
+# -- settings ----------------------------------------------------------------------------
+def default_dir() -> str:
+    """``$HIPDNN_IREE_CACHE_DIR``, else ``$XDG_CACHE_HOME/hipdnn-iree``, else ``~/.cache/hipdnn-iree``."""
+    env = os.environ.get(ENV_DIR)
+    if env:
+        return os.path.abspath(os.path.expanduser(env))
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(os.path.abspath(base), "hipdnn-iree")
+
+
+def env_enabled() -> bool:
+    raw = os.environ.get(ENV_ENABLED, "").strip().lower()
+    if raw in ("", "1", "true", "on", "yes"):
+        return True
+    if raw in ("0", "false", "off", "no"):
+        return False
+    raise HipdnnError(Status.BAD_PARAM, f"environment variable {ENV_ENABLED}={os.environ[ENV_ENABLED]!r}: "
+                                        "use 1 (cache on) or 0 (cache off)")
+
+
+def parse_size(text: str, what: str = ENV_MAX_BYTES) -> int:
+    """``"1048576"``, ``"512M"``, ``"1G"`` (binary units) -> bytes."""
+    m = re.fullmatch(r"\s*(\d+)\s*([kKmMgGtT]?)(?:i?[bB])?\s*", str(text))
+    if not m:
+        raise HipdnnError(Status.BAD_PARAM, f"{what}={text!r} is not a size: use bytes or a number with K, M or "
+                                            "G (e.g. 536870912 or 512M)")
+    return int(m.group(1)) << (10 * " KMGT".index(m.group(2).upper() or " "))
+
+
+def env_max_bytes() -> int:
+    raw = os.environ.get(ENV_MAX_BYTES)
+    return DEFAULT_MAX_BYTES if raw is None or not raw.strip() else parse_size(raw)
+
+
+def check_setting(setting) -> None:
+    """Raises BAD_PARAM unless ``setting`` is None, a bool, a path or a :class:`CompileCache`."""
+    if setting is None or isinstance(setting, (bool, CompileCache)):
+        return
+    if isinstance(setting, (str, os.PathLike)) and os.fspath(setting):
+        return
+    raise HipdnnError(Status.BAD_PARAM, f"cache must be None, True, False, a folder path or a CompileCache, "
+                                        f"got {setting!r}")
+
+
+def resolve(setting=None) -> "CompileCache | None":
+    """The cache a build uses for ``setting`` (a handle's ``cache=``), or None when off."""
+    check_setting(setting)
+    if isinstance(setting, CompileCache):
+        return setting
+    if setting is False:
+        return None
+    if setting is None and not env_enabled():
+        return None
+    folder = default_dir() if setting is None or setting is True else os.path.abspath(os.fspath(setting))
+    return CompileCache(folder, env_max_bytes())
+
+
+# -- the store ---------------------------------------------------------------------------
+@dataclass
+class CompileCache:
+    """A cache folder with a size cap. Cheap to create; holds no open files.
+
+    Cache problems (unwritable folder, full disk) are logged and the build goes on
+    compiling: the cache never makes a build fail.
+    """
+
+    directory: str
+    max_bytes: int = DEFAULT_MAX_BYTES
+    _warned: bool = field(default=False, repr=False)
+
+    def key_for(self, op_graph: bytes, target, extra_flags=()) -> str:
+        """The key of a build of ``op_graph`` for ``target`` (a ``Target``) with ``extra_flags``."""
+        from hipdnn_iree.plugin_sdk.version import __version__
+        flags = tuple(target.compile_flags()) + tuple(extra_flags)
+        return cache_key(op_graph, str(target), flags, compiler_identity(), __version__, code_digest())
+
+    def path_of(self, key: str) -> str:
+        if not re.fullmatch(r"[0-9a-f]{64}", key):
+            raise HipdnnError(Status.BAD_PARAM, f"compile cache key must be 64 hex digits, got {key!r}")
+        return os.path.join(self.directory, key + SUFFIX)
+
+    # -- read ----------------------------------------------------------------------------
+    def get(self, key: str) -> CachedModule | None:
+        """The entry for ``key``, or None (a missing or damaged entry; damaged ones are deleted)."""
+        path = self.path_of(key)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            STATS.misses += 1
+            return None
+        except OSError as e:
+            self._warn(f"cannot read compile cache entry {path}: {e}")
+            STATS.misses += 1
+            return None
+        try:
+            entry = decode_entry(data, key)
+        except ValueError as e:
+            _LOG.warning("compile cache entry %s is damaged (%s); deleting it and compiling again", path, e)
+            STATS.corrupt += 1
+            STATS.misses += 1
+            _unlink(path)
+            return None
+        try:
+            os.utime(path)   # LRU: a hit makes the entry the most recently used
+        except OSError:
+            pass
+        STATS.hits += 1
+        return entry
+
+    # -- write ---------------------------------------------------------------------------
+    def put(self, key: str, module: CachedModule) -> bool:
+        """Stores ``module`` under ``key`` atomically, then evicts past the cap. False if not stored."""
+        data = encode_entry(key, module)
+        if len(data) > self.max_bytes:
+            _LOG.info("compile cache: a %d-byte entry is over the %d-byte cap; not stored", len(data), self.max_bytes)
+            return False
+        path = self.path_of(key)
+        try:
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=self.directory)
+        except OSError as e:
+            self._warn(f"cannot write to compile cache folder {self.directory}: {e}")
+            return False
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)   # NOTE: atomic; concurrent writers of one key each leave a whole entry
+        except OSError as e:
+            _unlink(tmp)
+            self._warn(f"cannot write compile cache entry {path}: {e}")
+            return False
+        STATS.stores += 1
+        self.evict(keep=path)
+        return True
+
+    def entries(self) -> list[tuple[str, int, float]]:
+        """``(path, size, mtime)`` of every entry, oldest first."""
+        out = []
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return out
+        now = time.time()
+        for name in names:
+            path = os.path.join(self.directory, name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if name.endswith(SUFFIX) and len(name) == 64 + len(SUFFIX):
+                out.append((path, st.st_size, st.st_mtime))
+            elif name.startswith(".") and name.endswith(".tmp") and now - st.st_mtime > _STALE_TMP_S:
+                _unlink(path)   # left by a writer that died mid-write
+        out.sort(key=lambda e: e[2])
+        return out
+
+    def size(self) -> int:
+        return sum(s for _, s, _ in self.entries())
+
+    def evict(self, keep: str | None = None) -> int:
+        """Deletes least-recently-used entries until the total is within the cap; returns how many."""
+        entries = self.entries()
+        total = sum(s for _, s, _ in entries)
+        removed = 0
+        for path, size, _ in entries:
+            if total <= self.max_bytes:
+                break
+            if path == keep:
+                continue
+            if _unlink(path):
+                removed += 1
+            total -= size   # NOTE: counted even if another process removed it first
+        STATS.evicted += removed
+        return removed
+
+    def clear(self) -> int:
+        """Deletes every entry; returns how many."""
+        return sum(1 for path, _, _ in self.entries() if _unlink(path))
+
+    def _warn(self, message: str) -> None:
+        if not self._warned:
+            _LOG.warning("%s (the build goes on without the cache)", message)
+            self._warned = True
+
+
+# -- entry codec -------------------------------------------------------------------------
+def encode_entry(key: str, module: CachedModule) -> bytes:
+    meta = json.dumps({"key": key, "dispatch_count": module.dispatch_count, "abi": module.abi,
+                       "flags": list(module.flags), "mlir": module.mlir,
+                       "compiler_version": module.compiler_version, "created": time.time()},
+                      separators=(",", ":")).encode("utf-8")
+    body = meta + bytes(module.vmfb)
+    header = _HEADER.pack(MAGIC, ENTRY_FORMAT, _HEADER.size, len(meta), len(module.vmfb),
+                          hashlib.sha256(body).digest())
+    return header + body
+
+
+def decode_entry(data: bytes, key: str | None = None) -> CachedModule:
+    """Checks and parses an entry; raises ``ValueError`` naming the first problem."""
+    if len(data) < _HEADER.size:
+        raise ValueError(f"{len(data)} bytes, shorter than the {_HEADER.size}-byte header")
+    magic, fmt, header_size, meta_len, vmfb_len, digest = _HEADER.unpack_from(data, 0)
+    if magic != MAGIC:
+        raise ValueError(f"magic {magic!r}, expected {MAGIC!r}")
+    if fmt != ENTRY_FORMAT or header_size != _HEADER.size:
+        raise ValueError(f"entry format {fmt} (header {header_size} bytes); this reader knows format "
+                         f"{ENTRY_FORMAT} ({_HEADER.size} bytes)")
+    if header_size + meta_len + vmfb_len != len(data):
+        raise ValueError(f"lengths {header_size}+{meta_len}+{vmfb_len} do not add up to the {len(data)}-byte file")
+    body = memoryview(data)[header_size:]
+    if hashlib.sha256(body).digest() != digest:
+        raise ValueError("SHA-256 of the body does not match the header")
+    try:
+        meta = json.loads(bytes(body[:meta_len]).decode("utf-8"))
+        if key is not None and meta["key"] != key:
+            raise ValueError(f"entry is for key {meta['key']!r}")
+        abi, dispatches = meta["abi"], meta["dispatch_count"]
+        if not isinstance(abi, dict) or not (dispatches is None or isinstance(dispatches, int)):
+            raise ValueError("meta has a malformed abi or dispatch_count")
+        return CachedModule(bytes(body[meta_len:]), abi, dispatches, tuple(meta.get("flags") or ()),
+                            meta.get("mlir"), str(meta.get("compiler_version") or ""))
+    except (KeyError, TypeError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"meta is malformed: {e!r}") from None
+
+
+def _unlink(path: str) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except OSError:
+        return False

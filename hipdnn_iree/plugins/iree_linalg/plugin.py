@@ -1,0 +1,455 @@
+"""The ``IREE_LINALG`` engine: graph -> linalg MLIR -> IREE ``.vmfb`` -> IREE runtime.
+
+Serialization hooks: the payload is the FUSPLAN header (kind 2) followed by the
+``.vmfb`` exactly as IREE wrote it. Restoring loads the module into the IREE
+runtime; it never imports the compiler.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hipdnn_iree.plugin_sdk.version import __version__
+from hipdnn_iree.plugin_sdk.buffers import (BoundTensor, bind_device_pack, bind_variant_pack, empty_aligned,
+                                  synchronize_producers)
+from hipdnn_iree.plugin_sdk.engine_ids import engine_id_from_name
+from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
+from hipdnn_iree.plugin_sdk.types import DataType
+from hipdnn_iree.plugins.iree_linalg import fusplan as _fusplan
+from hipdnn_iree.plugins.iree_linalg.targets import Target, check_runs_on, parse_target
+
+ENGINE_NAME = "IREE_LINALG"
+ENGINE_ID = engine_id_from_name(ENGINE_NAME)
+_REFLECTION_KEY = "hipdnn_iree.abi"
+_GRAPH_KEY = "hipdnn_iree.graph"   # base64 of the op graph FlatBuffer (lowering/_lower.py)
+
+
+@dataclass
+class IreeExecutionContext:
+    vmfb: bytes
+    abi: dict
+    target: Target
+    tensors: list[BoundTensor]
+    module: object = None            # LoadedModule, None on a compile-only handle
+    dispatch_count: int | None = None
+    mlir: str | None = None
+    compiler_version: str = ""
+    view_cache: OrderedDict = field(default_factory=OrderedDict)
+    staging: dict = field(default_factory=dict)          # uid -> (aligned array, its imported view)
+    staging_lock: object = field(default_factory=threading.Lock)
+    compile_flags: tuple = field(default_factory=tuple)
+    variants: tuple = ()             # several-target plans: (Target, vmfb, compiler_version) of every module
+    vm_module: object = None         # restored: the VmModule made from vmfb (wrap_buffer: no copy)
+    in_place: bool = False           # restored: vm_module uses the plan's own bytes (a mapped file) in place
+    op_graph: bytes | None = None    # restored plans: the graph the module carries (self-check), if any
+
+
+def _tensors_from_abi(abi: dict) -> list[BoundTensor]:
+    try:
+        ts = [BoundTensor(int(t["uid"]), str(t["name"]), str(t["role"]), int(DataType[t["data_type"]]),
+                          tuple(int(d) for d in t["dims"]), tuple(int(s) for s in t["strides"]))
+              for t in abi["tensors"]]
+    except (KeyError, TypeError, ValueError) as e:
+        raise HipdnnError(Status.PLUGIN_ERROR, f"plan module reflection is malformed: {e!r}") from None
+    if [t for t in ts if t.role not in ("input", "output")]:
+        raise HipdnnError(Status.PLUGIN_ERROR, "plan module reflection has a tensor role other than input/output")
+    return ts
+
+
+def _major_minor(version: str) -> tuple[int, int] | None:
+    parts = version.split(".")
+    try:
+        return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()))
+    except (IndexError, ValueError):
+        return None
+
+
+def _address(buf) -> int:
+    """Address of a bytes-like object's first byte (read-only buffers included)."""
+    return int(np.frombuffer(buf, np.uint8).ctypes.data) if len(buf) else 0
+
+
+def _sm(arch: str) -> int:
+    digits = "".join(ch for ch in arch if ch.isdigit())
+    return int(digits) if digits else 0
+
+
+# Imported buffer views are reused when a call passes the very same buffers again (same address,
+# shape, strides, dtype): repeated execution skips the checks and the imports. The cache keeps
+# those buffers alive (at most _VIEW_CACHE_SIZE per plan) until the plan is released.
+# HIPDNN_IREE_VIEW_CACHE=0 turns it off.
+_VIEW_CACHE = os.environ.get("HIPDNN_IREE_VIEW_CACHE", "1") != "0"
+_VIEW_CACHE_SIZE = 64
+
+
+def _buffer_key(obj):
+    """(address, shape, strides, dtype, writable) of a buffer, or None when it cannot be told cheaply."""
+    if isinstance(obj, np.ndarray):
+        ai = obj.__array_interface__
+        return ("np", ai["data"][0], obj.shape, obj.strides, obj.dtype.str, obj.flags.writeable)
+    ptr = getattr(obj, "data_ptr", None)
+    if callable(ptr):  # torch
+        return ("torch", ptr(), tuple(obj.shape), tuple(obj.stride()), str(obj.dtype), str(obj.device))
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if isinstance(cai, dict):
+        return ("cai", cai["data"][0], tuple(cai["shape"]), tuple(cai.get("strides") or ()), cai["typestr"])
+    return None
+
+
+def _importable(arr) -> bool:
+    """Whether IREE can use this host array in place (see _iree_rt.HOST_ALIGNMENT)."""
+    from hipdnn_iree.plugins.iree_linalg.runtime import HOST_ALIGNMENT
+    return arr.flags.writeable and arr.__array_interface__["data"][0] % HOST_ALIGNMENT == 0
+
+
+def _invoke(mod, views, n_out: int) -> None:
+    try:
+        mod.invoke(views, n_out)
+    except Exception as e:
+        raise HipdnnError(Status.EXECUTION_FAILED, f"IREE execution failed: {e}") from None
+
+
+def _cache_keys(tensors, variant_pack):
+    if not isinstance(variant_pack, dict) or len(variant_pack) != len(tensors):
+        return None
+    keys = []
+    for t in tensors:
+        obj = variant_pack.get(t.uid)
+        k = _buffer_key(obj) if obj is not None else None
+        if k is None:
+            return None
+        keys.append((t.uid, t.role, k))
+    return keys
+
+
+def _remember(cache, keys, views) -> None:
+    for k, v in zip(keys, views):
+        cache[k] = v
+        cache.move_to_end(k)
+    while len(cache) > _VIEW_CACHE_SIZE:
+        cache.popitem(last=False)
+
+
+class IreeLinalgPlugin:
+    """Engine plugin object; the handle binds it to its device and target."""
+
+    name = "hipdnn_iree.iree_linalg"
+    version = __version__
+
+    def __init__(self):
+        self.device_uri: str | None = None
+        self.target: Target | None = None
+        self.targets: tuple[Target, ...] = ()   # create_handle(target=[...]): every target to compile
+        self.compile_flags: tuple[str, ...] = ()
+        self.cache = None   # compile cache: None = environment, False = off, True = on, or a folder (cache.py)
+
+    def bind(self, device_uri: str | None, target: str | None) -> None:
+        self.device_uri = device_uri
+        self.target = parse_target(target) if target else None
+        self.targets = (self.target,) if self.target else ()
+
+    def bind_targets(self, device_uri: str | None, targets: list[str]) -> None:
+        """A handle with a target list: one module per target, one plan (FUSPLAN kind 3)."""
+        from hipdnn_iree.plugins.iree_linalg.multitarget import primary_target
+        parsed = [parse_target(t) for t in targets]
+        self.device_uri = device_uri
+        self.target = primary_target(parsed, device_uri)
+        self.targets = tuple(parsed)
+
+    # -- discovery ------------------------------------------------------------
+    engine_names = {ENGINE_ID: ENGINE_NAME}
+
+    def get_all_engine_ids(self) -> list[int]:
+        return [ENGINE_ID]
+
+    def get_applicable_engine_ids(self, op_graph: bytes) -> list[int]:
+        from lowering import LOWERINGS, LoweringError, decode_graph
+        try:
+            g = decode_graph(op_graph)
+        except LoweringError:
+            return []
+        return [ENGINE_ID] if all(n.kind in LOWERINGS for n in g.nodes) else []
+
+    def get_workspace_size(self, engine_id: int, op_graph: bytes) -> int:
+        return 0  # IREE allocates its transients itself
+
+    # -- build ----------------------------------------------------------------
+    def create_execution_context(self, engine_id: int, op_graph: bytes, engine_config=None) -> IreeExecutionContext:
+        if len(self.targets) <= 1:
+            return self._create_one(engine_id, op_graph, engine_config)
+        # NOTE: one compile per target; the handle's own target is loaded on its device. The plugin's
+        # target is switched for each compile (a plugin object serves one handle, built one at a time).
+        primary, device = self.target, self.device_uri
+        built = []
+        try:
+            self.device_uri = None
+            for t in self.targets:
+                self.target = t
+                built.append(self._create_one(engine_id, op_graph, engine_config))
+        finally:
+            self.target, self.device_uri = primary, device
+        ctx = built[self.targets.index(primary)]
+        ctx.variants = tuple((c.target, c.vmfb, c.compiler_version) for c in built)
+        self._load(ctx)
+        return ctx
+
+    def _create_one(self, engine_id: int, op_graph: bytes, engine_config=None) -> IreeExecutionContext:
+        from lowering import LoweringError, lower
+        from hipdnn_iree.plugins.iree_linalg.compile import compile_mlir, compiler_version
+        if self.target is None:
+            raise HipdnnError(Status.NOT_INITIALIZED, "IREE_LINALG plugin is not bound to a handle target")
+        from hipdnn_iree.plugins.iree_linalg import cache as _cache
+        from lowering import decode_graph
+        try:
+            desc = decode_graph(op_graph)
+        except LoweringError as e:
+            raise HipdnnError(Status.BAD_PARAM, f"IREE_LINALG cannot read the op graph: {e}") from None
+        has_double = any(t.data_type == DataType.DOUBLE for t in desc.tensors) or any(
+            n.compute_data_type == DataType.DOUBLE for n in desc.nodes) or desc.compute_data_type == DataType.DOUBLE
+        flags = tuple(self.compile_flags) + tuple(self.target.graph_flags([n.kind for n in desc.nodes], has_double))
+        store = _cache.resolve(self.cache)
+        key = store.key_for(op_graph, self.target, flags) if store is not None else None
+        hit = store.get(key) if store is not None else None
+        if hit is not None:   # NOTE: a hit skips lowering and the compiler (neither is imported)
+            ctx = IreeExecutionContext(hit.vmfb, hit.abi, self.target, _tensors_from_abi(hit.abi),
+                                       dispatch_count=hit.dispatch_count, mlir=hit.mlir, compile_flags=hit.flags,
+                                       compiler_version=hit.compiler_version or _cache.compiler_version_string())
+            self._load(ctx)
+            return ctx
+        try:
+            lowered = lower(op_graph, target=str(self.target))
+        except LoweringError as e:
+            status = {"unsupported": Status.NOT_SUPPORTED, "internal": Status.INTERNAL_ERROR}.get(e.kind, Status.BAD_PARAM)
+            raise HipdnnError(status, f"IREE_LINALG cannot lower the graph: {e}") from None
+        compiled = compile_mlir(lowered.mlir, self.target, flags)
+        ctx = IreeExecutionContext(compiled.vmfb, lowered.abi, self.target, _tensors_from_abi(lowered.abi),
+                                   dispatch_count=compiled.dispatch_count, mlir=lowered.mlir,
+                                   compile_flags=compiled.flags,
+                                   compiler_version=compiler_version())
+        if store is not None:
+            store.put(key, _cache.CachedModule(compiled.vmfb, lowered.abi, compiled.dispatch_count, compiled.flags,
+                                               lowered.mlir, ctx.compiler_version))
+        self._load(ctx)
+        return ctx
+
+    def _load(self, ctx: IreeExecutionContext) -> None:
+        if self.device_uri is None:
+            return
+        from hipdnn_iree.plugins.iree_linalg.runtime import LoadedModule
+        check_runs_on(ctx.target, self.device_uri)
+        ctx.module = LoadedModule(ctx.vmfb, self.device_uri, ctx.abi.get("entry", "main"), module=ctx.vm_module)
+
+    def destroy_execution_context(self, ctx: IreeExecutionContext) -> None:
+        ctx.view_cache.clear()
+        ctx.staging.clear()
+        ctx.module = None
+
+    # -- execute --------------------------------------------------------------
+    def execute_op_graph(self, ctx: IreeExecutionContext, variant_pack: dict, workspace=None) -> None:
+        """Runs the module on the caller's buffers.
+
+        Every check (uids, dims, strides, dtypes, devices, aliasing) runs before IREE is invoked, so a
+        rejected call leaves the buffers untouched. Inputs are imported without copies where IREE
+        allows; outputs are written in place (``iree.abi.output``), as cuDNN writes into its pointers.
+        """
+        mod = ctx.module
+        if mod is None:
+            raise HipdnnError(Status.NOT_INITIALIZED,
+                              f"this handle has no device (compile-only, target '{ctx.target}'); create the "
+                              "handle with a device to execute")
+        outputs = [t for t in ctx.tensors if t.role == "output"]
+        cache = ctx.view_cache if _VIEW_CACHE else None
+        keys = _cache_keys(ctx.tensors, variant_pack) if cache is not None else None
+        if keys is not None and all(k in cache for k in keys):
+            # NOTE: the same buffers as a previous call: they were checked and imported then.
+            views = [cache[k] for k in keys]
+            for k in keys:
+                cache.move_to_end(k)
+            if not mod.is_host:
+                synchronize_producers(list(variant_pack.values()))
+        elif mod.is_host:
+            ins, outs = bind_variant_pack(ctx.tensors, variant_pack)
+            if not all(_importable(a) for a in (*ins.values(), *outs.values())):
+                # NOTE: staging arrays are per plan: one call at a time may use them.
+                with ctx.staging_lock:
+                    views, copy_back = self._stage(ctx, ins, outs)
+                    _invoke(mod, views, len(outputs))
+                    for dst, buf in copy_back:
+                        np.copyto(dst, buf)
+                return
+            views = [mod.host_view(ins[t.uid] if t.role == "input" else outs[t.uid]) for t in ctx.tensors]
+            if keys is not None:
+                _remember(cache, keys, views)
+        else:
+            dense = bind_device_pack(ctx.tensors, variant_pack, mod.device_uri.split("://", 1)[0])
+            synchronize_producers(list(variant_pack.values()))
+            try:
+                views = [mod.dlpack_view(dense[t.uid]) for t in ctx.tensors]
+            except Exception as e:
+                raise HipdnnError(Status.BAD_PARAM, f"IREE cannot import a device tensor of the variant pack: {e}") from None
+            if keys is not None:
+                _remember(cache, keys, views)
+        _invoke(mod, views, len(outputs))
+
+    def _stage(self, ctx: IreeExecutionContext, ins: dict, outs: dict):
+        """Views for a CPU call with some buffers IREE cannot use in place (not 64-byte aligned,
+        or read-only): those go through per-plan aligned staging arrays whose imported views
+        are made once. Inputs are copied in here; returns (views, [(caller output, staging)])."""
+        mod = ctx.module
+        views, copy_back = [], []
+        for t in ctx.tensors:
+            arr = ins[t.uid] if t.role == "input" else outs[t.uid]
+            if _importable(arr):
+                views.append(mod.host_view(arr))
+                continue
+            staged = ctx.staging.get(t.uid)
+            if staged is None:
+                buf = empty_aligned(arr.shape, arr.dtype)
+                staged = ctx.staging[t.uid] = (buf, mod.host_view(buf))
+            buf, view = staged
+            if t.role == "input":
+                np.copyto(buf, arr)
+            else:
+                copy_back.append((arr, buf))
+            views.append(view)
+        return views, copy_back
+
+    # -- plan identity and compatibility (envelope version 2) -----------------
+    def describe_execution_context(self, ctx: IreeExecutionContext) -> dict:
+        """What the envelope records about this plan's payload."""
+        from hipdnn_iree.plugins.iree_linalg.runtime import runtime_version
+        # NOTE: a restored context does not know its compiler; the backend keeps the envelope's value.
+        return {"compiler_version": ctx.compiler_version,
+                "target_device": {"llvm-cpu": "local", "rocm": "hip", "cuda": "cuda"}[ctx.target.backend],
+                "target_arch": str(ctx.target), "runtime_version": runtime_version()}
+
+    def check_plan_compatibility(self, info: dict) -> None:
+        """Rejects, before the payload is read, plans this handle cannot run (envelope v2 fields)."""
+        from hipdnn_iree.plugins.iree_linalg.runtime import runtime_version
+        cver, rver = info.get("compiler_version", ""), runtime_version()
+        if _major_minor(cver) and _major_minor(rver) and _major_minor(cver) > _major_minor(rver):
+            raise HipdnnError(Status.VERSION_MISMATCH,
+                              f"plan's module was built by IREE compiler {cver} and needs an IREE runtime of at least "
+                              f"{'.'.join(map(str, _major_minor(cver)))}; this process has IREE runtime {rver}")
+        arch = info.get("target_arch", "")
+        if not arch:
+            return
+        try:
+            target = parse_target(arch)
+        except HipdnnError:
+            raise HipdnnError(Status.NOT_SUPPORTED, f"plan targets {arch!r}, which this plugin does not know") from None
+        check_runs_on(target, self.device_uri)
+        mine = self.target
+        if self.device_uri is None or mine is None or mine.backend != target.backend:
+            return
+        if target.backend == "rocm" and target.arch != mine.arch:
+            raise HipdnnError(Status.NOT_SUPPORTED, f"plan was compiled for AMD GPU arch {target.arch}; the handle's "
+                                                    f"device '{self.device_uri}' is {mine.arch}")
+        if target.backend == "cuda" and _sm(target.arch) > _sm(mine.arch):
+            raise HipdnnError(Status.NOT_SUPPORTED, f"plan needs CUDA {target.arch} or newer; the handle's device "
+                                                    f"'{self.device_uri}' targets {mine.arch}")
+
+    # -- serialization hooks --------------------------------------------------
+    # NOTE: the backend hands this plugin the envelope fields (plan_info) so that the FUSPLAN
+    # signature covers them too: the envelope itself is hipDNN's five fields, with no room for ours.
+    accepts_plan_info = True
+
+    def serialize_execution_context(self, ctx: IreeExecutionContext, engine_config=None, plan_info=None) -> bytes:
+        """FUSPLAN 1.1: kind 2 (one .vmfb) or kind 3 (one .vmfb per target) with the metadata block."""
+        info = plan_info or {}
+        variants = ctx.variants or ((ctx.target, ctx.vmfb, ctx.compiler_version),)
+        devices = {"llvm-cpu": "local", "rocm": "hip", "cuda": "cuda"}
+        compilers = sorted({v[2] for v in variants if v[2]})
+        meta = _fusplan.Metadata(
+            plugin_name=self.name, plugin_version=str(self.version),
+            producer_version=str(info.get("producer_version", __version__)), compiler_version=",".join(compilers),
+            target_device=devices[ctx.target.backend] if len(variants) == 1 else "",
+            target_arch=",".join(str(v[0]) for v in variants))
+        if len(variants) == 1:
+            kind, body = _fusplan.KIND_IREE_VMFB, variants[0][1]
+        else:
+            kind = _fusplan.KIND_MULTI_TARGET
+            body = _fusplan.multi_target_body([(str(t), devices[t.backend], bytes(v)) for t, v, _ in variants])
+        env = _fusplan.envelope_fields(info.get("engine_id", ENGINE_ID), info.get("workspace_size", 0),
+                                       info.get("tensor_uids", sorted(t.uid for t in ctx.tensors)))
+        try:
+            return _fusplan.pack(body, kind, meta, info.get("signing_key"), env)
+        except TypeError as e:
+            raise HipdnnError(Status.BAD_PARAM, f"signing_key: {e}") from None
+
+    def destroy_serialized_execution_context(self, serialized) -> None:
+        pass  # the bytes object is released by Python; nothing else is held
+
+    def create_execution_context_from_serialized(self, serialized, plan_info=None) -> IreeExecutionContext:
+        """Restores a FUSPLAN 1.0/1.1 payload. A memoryview payload (a mapped plan file) is imported
+        in place: the module's bytes are not copied when they are 64-byte aligned (FORMATS.md)."""
+        from hipdnn_iree.plugins.iree_linalg.multitarget import choose
+        info = plan_info or {}
+        verify_key = info.get("verify_key")
+        env = b""
+        if "engine_id" in info:
+            env = _fusplan.envelope_fields(info["engine_id"], info["workspace_size"], info["tensor_uids"])
+        try:
+            plan = _fusplan.unpack(serialized, verify_key, env)
+        except _fusplan.FusplanSignatureError as e:
+            raise HipdnnError(Status.BAD_PARAM, str(e)) from None
+        except _fusplan.FusplanError as e:
+            raise HipdnnError(Status.PLUGIN_ERROR, str(e)) from None
+        except TypeError as e:
+            raise HipdnnError(Status.BAD_PARAM, f"verify_key: {e}") from None
+        if plan.metadata is not None and plan.payload_kind == _fusplan.KIND_IREE_VMFB:
+            meta = plan.metadata
+            self.check_plan_compatibility({"plugin_name": meta.plugin_name, "compiler_version": meta.compiler_version,
+                                           "target_device": meta.target_device, "target_arch": meta.target_arch})
+        variants_raw = [(None, plan.body)]
+        chosen = 0
+        if plan.payload_kind == _fusplan.KIND_MULTI_TARGET:
+            targets = [e.target for e in plan.entries]
+            self.check_plan_compatibility({"compiler_version": plan.metadata.compiler_version})
+            chosen = choose(targets, self.device_uri, self.target)
+            self.check_plan_compatibility({"target_arch": targets[chosen]})
+            variants_raw = [(e.target, plan.module(e)) for e in plan.entries]
+        body = variants_raw[chosen][1]
+        from hipdnn_iree.plugins.iree_linalg.runtime import instance, rt
+        in_place = False
+        try:
+            if _address(body) % _fusplan.BODY_ALIGNMENT == 0:
+                module = rt().VmModule.wrap_buffer(instance(), body)
+                in_place = True
+            else:
+                module = rt().VmModule.copy_buffer(instance(), body)
+            fn = module.lookup_function("main")
+            refl = dict(fn.reflection) if fn is not None else {}
+        except Exception as e:
+            raise HipdnnError(Status.PLUGIN_ERROR,
+                              f"plan payload is not a loadable IREE module ({len(body)} bytes): {e}") from None
+        if _REFLECTION_KEY not in refl:
+            raise HipdnnError(Status.PLUGIN_ERROR, "plan module has no hipdnn_iree ABI reflection: it was not "
+                                                   "written by hipdnn-iree")
+        try:
+            abi = json.loads(refl[_REFLECTION_KEY])
+            target = parse_target(abi["target"])
+        except (ValueError, KeyError, TypeError, HipdnnError) as e:
+            raise HipdnnError(Status.PLUGIN_ERROR, f"plan module ABI reflection is malformed: {e}") from None
+        if plan.payload_kind == _fusplan.KIND_MULTI_TARGET and str(target) != variants_raw[chosen][0]:
+            raise HipdnnError(Status.PLUGIN_ERROR, f"plan index says its module {chosen} is for "
+                                                   f"{variants_raw[chosen][0]}, the module says {target}")
+        ctx = IreeExecutionContext(body, abi, target, _tensors_from_abi(abi), vm_module=module, in_place=in_place)
+        if plan.metadata is not None:
+            ctx.compiler_version = plan.metadata.compiler_version.split(",")[0]
+        if plan.payload_kind == _fusplan.KIND_MULTI_TARGET:
+            comp = ctx.compiler_version
+            ctx.variants = tuple((parse_target(t), v, comp) for t, v in variants_raw)
+        if _GRAPH_KEY in refl:   # NOTE: plans from older releases do not carry it (hipdnn_iree/backend/selfcheck.py)
+            import base64
+            try:
+                ctx.op_graph = base64.b64decode(refl[_GRAPH_KEY], validate=True)
+            except ValueError:
+                raise HipdnnError(Status.PLUGIN_ERROR, "plan module's graph reflection is not base64") from None
+        self._load(ctx)
+        return ctx

@@ -1,0 +1,93 @@
+"""numpy reference for reduction and normalization ops: reduction, batchnorm_inference,
+layernorm, rmsnorm.
+
+Written from the definitions in float64 (the engine rounds once to each
+output's type); it shares no code with the lowering.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hipdnn_iree.plugin_sdk.types import NormFwdPhase, ReductionMode as R
+from hipdnn_iree.plugins.numpy_reference.registry import register_reference
+from lowering.graph_ir import ABSENT, NodeDesc, OpKind
+
+
+def _f64(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64)
+
+
+def reduce(mode: int, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """``mode`` over ``axes`` of ``x`` (float64), keeping the reduced axes as size 1.
+
+    MUL_NO_ZEROS multiplies the non-zero elements; an all-zero slice gives 1.
+    """
+    x = _f64(x)
+    k = dict(axis=axes, keepdims=True)
+    table = {
+        R.ADD: lambda: np.sum(x, **k),
+        R.MUL: lambda: np.prod(x, **k),
+        R.MIN: lambda: np.min(x, **k),
+        R.MAX: lambda: np.max(x, **k),
+        R.AMAX: lambda: np.max(np.abs(x), **k),
+        R.AVG: lambda: np.mean(x, **k),
+        R.NORM1: lambda: np.sum(np.abs(x), **k),
+        R.NORM2: lambda: np.sqrt(np.sum(x * x, **k)),
+        R.MUL_NO_ZEROS: lambda: np.prod(np.where(x == 0, 1.0, x), **k),
+    }
+    return table[R(mode)]()
+
+
+@register_reference(OpKind.REDUCTION)
+def ref_reduction(node: NodeDesc, env: dict) -> dict:
+    at = node.attrs
+    x = env[at.x_uid]
+    # NOTE: only the output's dims say which axes are reduced; the engine's env
+    # exposes declared dims (``env.dims(uid)``) for ops whose outputs cannot be inferred.
+    dims = getattr(env, "dims", None)
+    if dims is None:
+        raise NotImplementedError(f"reduction '{node.name}': the reference needs the output's dims, but "
+                                  "the env does not expose them (env.dims(uid))")
+    y_dims = tuple(dims(at.y_uid))
+    axes = tuple(i for i, (a, b) in enumerate(zip(x.shape, y_dims)) if b == 1 and a != 1)
+    return {at.y_uid: reduce(at.mode, x, axes)}
+
+
+@register_reference(OpKind.BATCHNORM_INFERENCE)
+def ref_batchnorm_inference(node: NodeDesc, env: dict) -> dict:
+    at = node.attrs
+    x, mean, inv, scale, bias = (_f64(env[u]) for u in
+                                 (at.x_uid, at.mean_uid, at.inv_variance_uid, at.scale_uid, at.bias_uid))
+    return {at.y_uid: (x - mean) * inv * scale + bias}
+
+
+def layernorm(x: np.ndarray, scale, bias, eps: float):
+    """``(y, mean, inv_variance)`` normalizing over axes 1.. with the biased variance."""
+    x = _f64(x)
+    axes = tuple(range(1, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    inv = 1.0 / np.sqrt(var + eps)
+    return (x - mean) * inv * _f64(scale) + _f64(bias), mean, inv
+
+
+def rmsnorm(x: np.ndarray, scale, eps: float) -> np.ndarray:
+    x = _f64(x)
+    ms = (x * x).mean(axis=tuple(range(1, x.ndim)), keepdims=True)
+    return x / np.sqrt(ms + eps) * _f64(scale)
+
+
+@register_reference(OpKind.LAYERNORM)
+def ref_layernorm(node: NodeDesc, env: dict) -> dict:
+    at = node.attrs
+    y, mean, inv = layernorm(env[at.x_uid], env[at.scale_uid], env[at.bias_uid], float(env[at.epsilon_uid]))
+    out = {at.y_uid: y}
+    if at.phase == NormFwdPhase.TRAINING:
+        out[at.mean_uid], out[at.inv_variance_uid] = mean, inv
+    return {u: v for u, v in out.items() if u != ABSENT}
+
+
+@register_reference(OpKind.RMSNORM)
+def ref_rmsnorm(node: NodeDesc, env: dict) -> dict:
+    at = node.attrs
+    return {at.y_uid: rmsnorm(env[at.x_uid], env[at.scale_uid], float(env[at.epsilon_uid]))}

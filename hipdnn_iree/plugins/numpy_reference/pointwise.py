@@ -1,0 +1,96 @@
+"""numpy implementations of every op kind: the correctness oracle.
+
+Written from the ops' mathematical definitions, independently of the
+lowering; computes in float64 and rounds once to the output type.
+"""
+from __future__ import annotations
+
+import math
+import numpy as np
+
+from hipdnn_iree.plugin_sdk.types import PointwiseMode as M
+from hipdnn_iree.plugins.numpy_reference.registry import register_reference
+from lowering.graph_ir import NodeDesc, OpKind
+
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _phi(x):
+    return 0.5 * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+def _p(v, default):
+    return default if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
+def _tanh_gelu_inner(x):
+    return math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)
+
+
+def pointwise(mode: int, xs: list[np.ndarray], alpha=None, beta=None, threshold=None) -> np.ndarray:
+    a = xs[0]
+    b = xs[1] if len(xs) > 1 else None
+    with np.errstate(all="ignore"):
+        table = {
+            M.ADD: lambda: a + b, M.SUB: lambda: a - b, M.MUL: lambda: a * b, M.DIV: lambda: a / b,
+            M.MAX_OP: lambda: np.maximum(a, b), M.MIN_OP: lambda: np.minimum(a, b),
+            M.POW: lambda: np.power(a, b), M.MOD: lambda: np.fmod(a, b),
+            M.ADD_SQUARE: lambda: a + b * b,
+            M.RELU_FWD: lambda: np.maximum(a, 0.0), M.SIGMOID_FWD: lambda: _sigmoid(a),
+            M.TANH_FWD: lambda: np.tanh(a), M.GELU_FWD: lambda: a * _phi(a),
+            M.GELU_APPROX_TANH_FWD: lambda: 0.5 * a * (1.0 + np.tanh(_tanh_gelu_inner(a))),
+            M.SWISH_FWD: lambda: a * _sigmoid(_p(beta, 1.0) * a),
+            M.ELU_FWD: lambda: np.where(a > 0, a, _p(alpha, 1.0) * (np.exp(a) - 1.0)),
+            M.SOFTPLUS_FWD: lambda: np.where(_p(beta, 1.0) * a > _p(threshold, 20.0), a,
+                                             np.log1p(np.exp(_p(beta, 1.0) * a)) / _p(beta, 1.0)),
+            M.EXP: lambda: np.exp(a), M.LOG: lambda: np.log(a), M.SQRT: lambda: np.sqrt(a),
+            M.RSQRT: lambda: 1.0 / np.sqrt(a), M.ABS: lambda: np.abs(a), M.NEG: lambda: -a,
+            M.RECIPROCAL: lambda: 1.0 / a, M.ERF: lambda: _erf(a), M.SIN: lambda: np.sin(a),
+            M.COS: lambda: np.cos(a), M.TAN: lambda: np.tan(a), M.CEIL: lambda: np.ceil(a),
+            M.FLOOR: lambda: np.floor(a), M.IDENTITY: lambda: a,
+            M.CMP_EQ: lambda: a == b, M.CMP_NEQ: lambda: a != b, M.CMP_GT: lambda: a > b,
+            M.CMP_GE: lambda: a >= b, M.CMP_LT: lambda: a < b, M.CMP_LE: lambda: a <= b,
+            M.LOGICAL_AND: lambda: np.logical_and(a != 0, b != 0),
+            M.LOGICAL_OR: lambda: np.logical_or(a != 0, b != 0),
+            M.LOGICAL_NOT: lambda: a == 0,
+            M.BINARY_SELECT: lambda: np.where(xs[2] != 0, a, b),
+            # backward: xs = (dy, x)
+            M.RELU_BWD: lambda: np.where(b > 0, a, 0.0),
+            M.SIGMOID_BWD: lambda: a * _sigmoid(b) * (1.0 - _sigmoid(b)),
+            M.TANH_BWD: lambda: a * (1.0 - np.tanh(b) ** 2),
+            M.GELU_BWD: lambda: a * (_phi(b) + b * np.exp(-0.5 * b * b) / math.sqrt(2.0 * math.pi)),
+            M.GELU_APPROX_TANH_BWD: lambda: a * (
+                0.5 * (1.0 + np.tanh(_tanh_gelu_inner(b)))
+                + 0.5 * b * (1.0 - np.tanh(_tanh_gelu_inner(b)) ** 2)
+                * math.sqrt(2.0 / math.pi) * (1.0 + 3 * 0.044715 * b * b)),
+            M.SWISH_BWD: lambda: a * (_sigmoid(_p(beta, 1.0) * b) + _p(beta, 1.0) * b
+                                      * _sigmoid(_p(beta, 1.0) * b) * (1.0 - _sigmoid(_p(beta, 1.0) * b))),
+            M.ELU_BWD: lambda: a * np.where(b > 0, 1.0, _p(alpha, 1.0) * np.exp(b)),
+            M.SOFTPLUS_BWD: lambda: a * np.where(_p(beta, 1.0) * b > _p(threshold, 20.0), 1.0,
+                                                 _sigmoid(_p(beta, 1.0) * b)),
+        }
+        return np.asarray(table[mode]())
+
+
+def _f64(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float64) if x.dtype != np.bool_ else x
+
+
+@register_reference(OpKind.POINTWISE)
+def ref_pointwise(node: NodeDesc, env: dict) -> dict:
+    at = node.attrs
+    xs = [_f64(env[u]) for u in at.inputs()]
+    return {at.out_0_uid: pointwise(at.operation, xs, at.alpha, at.beta, at.threshold)}
+
+
+@register_reference(OpKind.MATMUL)
+def ref_matmul(node: NodeDesc, env: dict) -> dict:
+    at = node.attrs
+    return {at.c_uid: np.matmul(_f64(env[at.a_uid]), _f64(env[at.b_uid]))}
+
