@@ -17,6 +17,7 @@ from lowering._emit import ELEMENT_TYPES, Emitter, Value, element_type, tensor_t
 from lowering._fbs.graph_generated import DataType
 from lowering._registry import LOWERINGS
 from lowering.graph_ir import GraphDesc, LoweringError, decode_graph
+from lowering import strided
 from lowering.layout import physical_layout
 from lowering.ops.matmul import needs_relayout_barrier, propagation_barrier
 
@@ -67,13 +68,15 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
         attr = ""
         if role == "output":
             attr = f" {{iree.abi.output = {len(outputs)} : index}}"
-            outputs.append((t, lay))
+            outputs.append((t, lay, Value(arg, lay.phys_shape, elem)))
         args.append(f"{arg}: {tensor_type(lay.phys_shape, elem)}{attr}")
         abi_tensors.append({"uid": t.uid, "name": t.name, "role": role, "arg": i,
                             "data_type": _DTYPE_NAMES.get(t.data_type, str(t.data_type)),
                             "dims": list(t.dims), "strides": list(t.strides)})
         if role == "input":
             v = Value(arg, lay.phys_shape, elem)
+            if not lay.is_dense:
+                v = strided.read(em, v, lay)
             kept = [a for a in range(len(t.dims)) if a not in lay.bcast_axes]
             # memory order -> logical order of the kept axes
             v = em.transpose(v, [lay.order.index(a) for a in kept])
@@ -87,13 +90,15 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
             raise LoweringError(f"node '{node.name}': op kind {node.kind.name} has no lowering", "unsupported")
         fn(ctx, node)
     results = []
-    for t, lay in outputs:
+    for t, lay, run in outputs:
         v = ctx.values.get(t.uid)
         if v is None:
             raise LoweringError(f"output tensor '{t.name}' (uid {t.uid}) is never produced")
         if tuple(lay.order) != tuple(range(len(lay.order))) and needs_relayout_barrier(ctx, t.uid):
             v = propagation_barrier(em, v)   # NOTE: an IREE CUDA fault, see lowering/ops/matmul.py
-        results.append(em.transpose(v, lay.order))
+        v = em.transpose(v, lay.order)
+        # NOTE: a strided output is written into the caller's run: its other elements keep their values
+        results.append(v if lay.is_dense else strided.write(em, run, v, lay))
     abi = {"version": ABI_FORMAT_VERSION, "graph": graph.name, "target": target,
            "entry": ENTRY_POINT, "tensors": abi_tensors}
     refl_graph = ""

@@ -1,9 +1,18 @@
 """Physical layout of a tensor described by logical dims and element strides.
 
 Logical dims are channels-first; strides (in elements) say where each element
-lives. A buffer is dense: its axes, ordered by decreasing stride, form a
-row-major array (``phys_shape``). Axes of size > 1 with stride 0 are
-broadcast axes (inputs only): they take no memory.
+lives. A dense buffer's axes, ordered by decreasing stride, form a row-major
+array (``phys_shape``). Axes of size > 1 with stride 0 are broadcast axes
+(inputs only): they take no memory.
+
+A strided (non-dense) tensor -- a view into a larger buffer, such as Q of a
+packed ``[B, S, 3, H, D]`` QKV buffer or a slot of a bigger output -- is bound
+as the 1-D run of ``span`` elements from its first to its last element
+(``phys_shape == (span,)``). Its axes, ordered by decreasing stride, must not
+alias (each stride at least the extent of the axes inside it) and each stride
+must be a multiple of the next smaller one; then the tensor is a strided slice
+of the dense ``host`` shape (memory order), which is how the lowering reads and
+writes it.
 
 Example:
     >>> physical_layout((1, 128, 256), (32768, 1, 128)).phys_shape
@@ -22,9 +31,24 @@ class Layout:
     strides: tuple[int, ...]
     order: tuple[int, ...]        # logical axes in memory order (outermost first), no broadcast axes
     bcast_axes: tuple[int, ...]   # logical axes with stride 0 and size > 1
+    # strided (non-dense) layouts only: the dense shape, in memory order plus a trailing axis of the
+    # innermost stride, of which the tensor's kept axes are the leading slice; None when dense
+    host: tuple[int, ...] | None = None
+    span: int = 0                 # strided layouts: elements from the first to the last one
+
+    @property
+    def is_dense(self) -> bool:
+        return self.host is None
 
     @property
     def phys_shape(self) -> tuple[int, ...]:
+        if self.host is not None:
+            return (self.span,)
+        return tuple(self.dims[a] for a in self.order)
+
+    @property
+    def slice_shape(self) -> tuple[int, ...]:
+        """The kept axes in memory order (what a dense layout's ``phys_shape`` is)."""
         return tuple(self.dims[a] for a in self.order)
 
     @property
@@ -73,12 +97,43 @@ def physical_layout(dims, strides, what: str = "tensor") -> Layout:
             b += 1
     order = tuple(order_list)
     expected = 1
+    dense = True
     for a in reversed(order):
         if dims[a] > 1 and strides[a] != expected:
-            raise LoweringError(
-                f"{what}: strides {list(strides)} for dims {list(dims)} are not a dense "
-                f"permutation (axis {a} has stride {strides[a]}, a dense layout needs {expected}); "
-                "padded or overlapping layouts are not supported")
+            dense = False
+            break
         expected *= dims[a]
-    return Layout(dims, strides, order, bcast)
+    if dense:
+        return Layout(dims, strides, order, bcast)
+    return _strided(dims, strides, order, bcast, [a for a in order if dims[a] > 1], what)
+
+
+def _strided(dims, strides, order, bcast, nonunit, what) -> Layout:
+    """A non-dense layout: checks it does not alias and derives its dense host shape."""
+    # innermost first: each stride must cover the axes inside it, and be a multiple of the next one
+    inner_extent, host_rev = 1, []
+    for i in range(len(nonunit) - 1, -1, -1):
+        a = nonunit[i]
+        s = strides[a]
+        if s < inner_extent:
+            raise LoweringError(
+                f"{what}: strides {list(strides)} for dims {list(dims)} overlap (axis {a} has stride {s}, "
+                f"but the axes inside it span {inner_extent} elements): a tensor's elements may not alias")
+        if i == len(nonunit) - 1:
+            host_rev.append(s)                       # the trailing axis: the innermost stride
+        else:
+            inner = strides[nonunit[i + 1]]
+            if s % inner:
+                raise LoweringError(
+                    f"{what}: strides {list(strides)} for dims {list(dims)}: axis {a}'s stride {s} is not a "
+                    f"multiple of the next smaller stride {inner}; such views are not supported (make each "
+                    "stride a multiple of the one inside it, as views into a larger dense buffer are)")
+            host_rev.append(s // inner)
+        inner_extent = (dims[a] - 1) * s + inner_extent
+    span = inner_extent
+    outer = nonunit[0]
+    host_rev.append(-(-span // strides[outer]))   # rows of the outermost stride needed to cover the span
+    # host: [rows, ratio_1, ..., ratio_k, innermost stride]; the tensor is host[:d0, :d1, ..., :dk, 0]
+    host = tuple(reversed(host_rev))
+    return Layout(tuple(dims), tuple(strides), order, bcast, host=host, span=span)
 

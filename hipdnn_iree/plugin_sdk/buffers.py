@@ -144,7 +144,12 @@ def dense_view(t: BoundTensor, arr: np.ndarray) -> np.ndarray:
     item = arr.itemsize
     bad = ([a for a in range(arr.ndim) if t.dims[a] > 1 and arr.strides[a] != t.strides[a] * item]
            if arr.shape == t.dims else None)
-    if bad == []:
+    if bad == [] and not lay.is_dense:
+        # NOTE: a strided view binds as the run of memory from its first element to its last
+        # (other tensors' elements in between are read, and written back unchanged for outputs)
+        view = np.lib.stride_tricks.as_strided(arr, shape=(lay.span,), strides=(item,),
+                                               writeable=arr.flags.writeable)
+    elif bad == []:
         view = arr[tuple(0 if a in lay.bcast_axes else slice(None) for a in range(arr.ndim))]
         kept = [a for a in range(arr.ndim) if a not in lay.bcast_axes]
         view = view.transpose([kept.index(a) for a in lay.order])
@@ -175,17 +180,43 @@ def bind_variant_pack(tensors: list[BoundTensor], variant_pack) -> tuple[dict[in
             outs[t.uid] = view
         else:
             ins[t.uid] = view
+    _check_aliasing(tensors, ins, outs)
+    return ins, outs
+
+
+def _check_aliasing(tensors, ins: dict, outs: dict) -> None:
+    """An output may share no element with any other bound buffer; a strided output's whole run is
+    written (its other elements with their own values), so no other output may lie in that run.
+
+    Inputs may overlap each other (several views into one packed buffer).
+    """
+    by_uid = {t.uid: t for t in tensors}
     for ou, o in outs.items():
+        mine = logical_from_dense(by_uid[ou], o)
         for iu, i in list(ins.items()) + [(u, v) for u, v in outs.items() if u != ou]:
-            if np.shares_memory(o, i):
+            if not np.may_share_memory(o, i):
+                continue
+            other = logical_from_dense(by_uid[iu], i)
+            try:
+                overlap = np.shares_memory(mine, other, max_work=10**6)
+            except np.exceptions.TooHardError:
+                overlap = True
+            if overlap:
                 raise HipdnnError(Status.BAD_PARAM, f"output uid {ou} shares memory with uid {iu}; "
                                                     "outputs must not alias other buffers")
-    return ins, outs
+            if iu in outs and not (by_uid[ou].layout.is_dense and by_uid[iu].layout.is_dense):
+                raise HipdnnError(Status.BAD_PARAM,
+                                  f"outputs uid {ou} and uid {iu} lie in one span of memory: a strided output is "
+                                  "written across its whole span (first to last element), so two outputs may not "
+                                  "interleave; give each output a buffer (or a span) of its own")
 
 
 def logical_from_dense(t: BoundTensor, view: np.ndarray) -> np.ndarray:
     """Inverse of :func:`dense_view`: the logical (dims-shaped) array, broadcast axes included."""
     lay = t.layout
+    if not lay.is_dense:
+        return np.lib.stride_tricks.as_strided(view, shape=t.dims, strides=[s * view.itemsize for s in t.strides],
+                                               writeable=view.flags.writeable)
     kept = [a for a in range(len(t.dims)) if a not in lay.bcast_axes]
     arr = view.transpose([lay.order.index(a) for a in kept])
     arr = np.expand_dims(arr, tuple(lay.bcast_axes)) if lay.bcast_axes else arr
@@ -193,8 +224,17 @@ def logical_from_dense(t: BoundTensor, view: np.ndarray) -> np.ndarray:
 
 
 def dense_from_logical(t: BoundTensor, arr: np.ndarray) -> np.ndarray:
-    """A logical (dims-shaped) array -> memory order (``layout.phys_shape``)."""
+    """A logical (dims-shaped) array -> memory order (``layout.phys_shape``); dense layouts only."""
     return np.asarray(arr).transpose(t.layout.order)
+
+
+def store_logical(t: BoundTensor, view: np.ndarray, arr: np.ndarray) -> None:
+    """Writes the logical (dims-shaped) ``arr`` into ``view`` (what :func:`dense_view` returned);
+    a strided tensor's run keeps the elements that are not the tensor's."""
+    if t.layout.is_dense:
+        np.copyto(view, dense_from_logical(t, arr))
+    else:
+        np.copyto(logical_from_dense(t, view), arr)
 
 
 # ---------------------------------------------------------------------------
@@ -223,6 +263,18 @@ def _permute(obj, order):
     if tuple(order) == tuple(range(len(order))):
         return obj
     return obj.permute(*order) if callable(getattr(obj, "permute", None)) else obj.transpose(tuple(order))
+
+
+def _run_view(obj, span: int, what: str):
+    """A device tensor's run of ``span`` elements from its first element (torch, CuPy)."""
+    if callable(getattr(obj, "as_strided", None)):              # torch
+        return obj.as_strided((span,), (1,))
+    import sys
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(obj, cupy.ndarray):
+        return cupy.lib.stride_tricks.as_strided(obj, shape=(span,), strides=(obj.itemsize,))
+    raise HipdnnError(Status.BAD_PARAM, f"{what}: a strided view of a {type(obj).__name__} cannot be bound; "
+                                        "pass a torch or CuPy tensor")
 
 
 def _check_pack_keys(tensors, variant_pack):
@@ -263,7 +315,9 @@ def bind_device_pack(tensors: list[BoundTensor], variant_pack, driver: str) -> d
         strides = _obj_strides(obj, shape)
         bad = ([a for a in range(len(shape)) if t.dims[a] > 1 and strides[a] != t.strides[a]]
                if shape == t.dims else None)
-        if bad == []:
+        if bad == [] and not lay.is_dense:
+            view = _run_view(obj, lay.span, what)
+        elif bad == []:
             view = obj[tuple(0 if a in lay.bcast_axes else slice(None) for a in range(len(shape)))]
             kept = [a for a in range(len(shape)) if a not in lay.bcast_axes]
             view = _permute(view, [kept.index(a) for a in lay.order])

@@ -312,9 +312,10 @@ class IreeLinalgPlugin:
                 buf = empty_aligned(arr.shape, arr.dtype)
                 staged = ctx.staging[t.uid] = (buf, mod.host_view(buf))
             buf, view = staged
-            if t.role == "input":
+            # NOTE: a strided output's run is read too (its other elements are written back as they were)
+            if t.role == "input" or not t.layout.is_dense:
                 np.copyto(buf, arr)
-            else:
+            if t.role == "output":
                 copy_back.append((arr, buf))
             views.append(view)
         return views, copy_back

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hipdnn_iree.plugin_sdk.buffers import BoundTensor, bind_variant_pack, dense_from_logical, logical_from_dense, numpy_dtype
+from hipdnn_iree.plugin_sdk.buffers import BoundTensor, bind_variant_pack, logical_from_dense, numpy_dtype, store_logical
 from hipdnn_iree.plugin_sdk.engine_ids import engine_id_from_name
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.plugin_sdk.version import __version__
@@ -103,4 +103,4 @@ class NumpyReferencePlugin:
         except Exception as e:
             raise HipdnnError(Status.EXECUTION_FAILED, f"NUMPY_REFERENCE failed: {type(e).__name__}: {e}") from None
         for u, view in outs.items():
-            np.copyto(view, dense_from_logical(by_uid[u], env[u]))
+            store_logical(by_uid[u], view, env[u])

@@ -1,0 +1,79 @@
+"""Reading and writing strided (non-dense) tensors: views into a larger buffer.
+
+A strided tensor is bound as the 1-D run of its ``span`` elements (``layout.phys_shape``). Its
+elements are a leading slice of the dense ``layout.host`` shape (see ``lowering/layout.py``), so:
+
+- read: pad the run to the host's size (the tail past the last element is never read), expand it
+  to the host shape, take the slice, and drop the trailing unit axis;
+- write: the same slice inserted into the caller's run, so every element of the run that is not
+  the tensor's keeps its value (an output slot in a bigger buffer: the rest stays as it was).
+
+Example:
+    >>> from lowering.layout import physical_layout
+    >>> lay = physical_layout((2, 3, 5, 4), (180, 4, 36, 1))    # Q of a packed [2, 5, 3, 3, 4] QKV
+    >>> lay.host, lay.span
+    ((2, 5, 9, 4, 1), 336)
+"""
+from __future__ import annotations
+
+from lowering._emit import Emitter, Value, tensor_type
+from lowering.layout import Layout
+
+
+def _ints(xs) -> str:
+    return ", ".join(str(int(x)) for x in xs)
+
+
+def _host(em: Emitter, run: Value, lay: Layout) -> Value:
+    """The run of ``span`` elements padded and expanded to the host shape."""
+    size = 1
+    for d in lay.host:
+        size *= d
+    v = run
+    if size > lay.span:
+        zero = em.const(0.0, run.elem)
+        name = em.fresh("pad")
+        em.emit(f"{name} = tensor.pad {run.ssa} low[0] high[{size - lay.span}] {{")
+        em.emit(f"^bb0({em.fresh('i')}: index):")
+        em.emit(f"  tensor.yield {zero} : {run.elem}")
+        em.emit(f"}} : {run.type} to {tensor_type((size,), run.elem)}")
+        v = Value(name, (size,), run.elem)
+    reassoc = "[[" + _ints(range(len(lay.host))) + "]]"
+    name = em.op(f"tensor.expand_shape {v.ssa} {reassoc} output_shape [{_ints(lay.host)}] "
+                 f": {v.type} into {tensor_type(lay.host, v.elem)}", "host")
+    return Value(name, lay.host, v.elem)
+
+
+def _slice_sizes(lay: Layout) -> tuple[int, ...]:
+    return tuple(lay.dims[a] for a in lay.order if lay.dims[a] > 1) + (1,)
+
+
+def read(em: Emitter, run: Value, lay: Layout) -> Value:
+    """The tensor's kept axes in memory order (``lay.slice_shape``) from its 1-D run."""
+    host = _host(em, run, lay)
+    sizes = _slice_sizes(lay)
+    zeros, ones = _ints([0] * len(sizes)), _ints([1] * len(sizes))
+    name = em.op(f"tensor.extract_slice {host.ssa}[{zeros}] [{_ints(sizes)}] [{ones}] "
+                 f": {host.type} to {tensor_type(sizes, host.elem)}", "view")
+    v = Value(name, sizes, host.elem)
+    return em.reshape(em.reshape(v, sizes[:-1]), lay.slice_shape)
+
+
+def write(em: Emitter, run: Value, value: Value, lay: Layout) -> Value:
+    """The caller's 1-D run with ``value`` (``lay.slice_shape``) written into the tensor's elements."""
+    sizes = _slice_sizes(lay)
+    v = em.reshape(em.reshape(value, sizes[:-1]), sizes)
+    host = _host(em, run, lay)
+    zeros, ones = _ints([0] * len(sizes)), _ints([1] * len(sizes))
+    name = em.op(f"tensor.insert_slice {v.ssa} into {host.ssa}[{zeros}] [{_ints(sizes)}] [{ones}] "
+                 f": {v.type} into {host.type}", "put")
+    size = 1
+    for d in lay.host:
+        size *= d
+    reassoc = "[[" + _ints(range(len(lay.host))) + "]]"
+    flat = em.op(f"tensor.collapse_shape {name} {reassoc} : {host.type} into {tensor_type((size,), v.elem)}", "flat")
+    if size == lay.span:
+        return Value(flat, (size,), v.elem)
+    out = em.op(f"tensor.extract_slice {flat}[0] [{lay.span}] [1] : {tensor_type((size,), v.elem)} "
+                f"to {tensor_type((lay.span,), v.elem)}", "run")
+    return Value(out, (lay.span,), v.elem)
