@@ -31,8 +31,9 @@ class Case:
     inputs: dict            # uid -> (logical array in the declared layout, dense memory image)
     outputs: dict           # uid -> (dims, strides)
     flops: float | None
-    numpy_fn: Callable[[], np.ndarray]
+    numpy_fn: Callable[[], np.ndarray] | None     # None: numpy has no such op (then ``reference`` checks)
     torch_fn: Callable[[], object] | None = None
+    reference: Callable[[], np.ndarray] | None = None   # float64 result for the error column; default numpy_fn
 
 
 def strided(dense: np.ndarray, dims, strides) -> np.ndarray:
@@ -106,6 +107,85 @@ def conv(shape) -> Case:
     return Case("conv 3x3 NHWC", f"N{n} C{c} {h}x{w} -> K{k}, pad 1, f32", build,
                 {1: (x_log, x_nhwc), 2: (w_log, w_krsc)}, {3: ([n, k, h, w], y_strides)},
                 2.0 * n * k * c * 9 * h * w, numpy_fn, torch_fn if torch else None)
+
+
+def _layout_strides(dims, layout: str) -> list[int]:
+    """Element strides of logical ``[N, C, *S]`` dims stored in ``layout`` ("cf" or "cl")."""
+    r = len(dims) - 2
+    order = [0, 1, *range(2, 2 + r)] if layout == "cf" else [0, *range(2, 2 + r), 1]
+    strides, acc = [0] * len(dims), 1
+    for a in reversed(order):
+        strides[a] = acc
+        acc *= dims[a]
+    return strides
+
+
+def _dense_in(rng, dims, layout, scale=1.0):
+    """(logical view, dense memory image) of random data stored in ``layout``."""
+    st = _layout_strides(dims, layout)
+    order = sorted(range(len(dims)), key=lambda a: -st[a])
+    dense = (rng.standard_normal([dims[a] for a in order]) * scale).astype(np.float32)
+    return strided(dense, dims, st), dense
+
+
+def conv_case(name: str, x_dims, w_dims, pad, stride, dilation=None, x_layout="cl", w_layout="cl",
+              seed: int = 2) -> Case:
+    """One conv_fprop (any rank, groups from the dims) with activations and filter stored
+    channels-first ("cf": NCHW / KCRS) or channels-last ("cl": NHWC / KRSC); the output follows x.
+    numpy: im2col (``sliding_window_view``) + ``tensordot`` (ungrouped only); torch: conv{1,2,3}d on
+    the same strided memory (channels_last views, no copies)."""
+    rank = len(x_dims) - 2
+    dilation = dilation or [1] * rank
+    rng = np.random.default_rng(seed)
+    groups = x_dims[1] // w_dims[1]
+    x_log, x_img = _dense_in(rng, x_dims, x_layout)
+    w_log, w_img = _dense_in(rng, w_dims, w_layout, 1.0 / math.sqrt(w_dims[1] * math.prod(w_dims[2:])))
+    out_sp = [(i + 2 * p - d * (k - 1) - 1) // s + 1
+              for i, k, p, s, d in zip(x_dims[2:], w_dims[2:], pad, stride, dilation)]
+    y_dims = [x_dims[0], w_dims[0], *out_sp]
+    y_strides = _layout_strides(y_dims, x_layout)
+    torch = _torch()
+
+    def build():
+        g = hd.Graph(name=name.replace(" ", "_"), io_data_type=hd.DataType.FLOAT)
+        xt = g.tensor(name="X", uid=1, dim=list(x_dims), stride=_layout_strides(x_dims, x_layout))
+        wt = g.tensor(name="W", uid=2, dim=list(w_dims), stride=_layout_strides(w_dims, w_layout))
+        g.conv_fprop(xt, wt, padding=list(pad), stride=list(stride), dilation=list(dilation)) \
+            .set_output(True).set_uid(3).set_stride(y_strides)
+        return g
+
+    def numpy_fn():
+        xl = np.moveaxis(np.asarray(x_log), 1, -1)                                 # N, *S, C
+        xp = np.pad(xl, [(0, 0)] + [(p, p) for p in pad] + [(0, 0)])
+        ext = [d * (k - 1) + 1 for k, d in zip(w_dims[2:], dilation)]
+        win = np.lib.stride_tricks.sliding_window_view(xp, ext, axis=tuple(range(1, 1 + rank)))
+        win = win[(slice(None),) + tuple(slice(None, None, s) for s in stride) + (slice(None),)
+                  + tuple(slice(None, None, d) for d in dilation)]                 # N, *O, C, *R
+        y = np.tensordot(win, np.asarray(w_log), axes=(list(range(1 + rank, 2 + 2 * rank)),
+                                                        list(range(1, 2 + rank))))  # N, *O, K
+        return np.moveaxis(y, -1, 1)
+
+    def reference():
+        t = torch if torch else None
+        if t is None:
+            return numpy_fn()
+        f = getattr(t.nn.functional, f"conv{rank}d")
+        return f(t.from_numpy(np.ascontiguousarray(x_log)).double(), t.from_numpy(np.ascontiguousarray(w_log)).double(),
+                 stride=list(stride), padding=list(pad), dilation=list(dilation), groups=groups).numpy()
+
+    torch_fn = None
+    if torch:
+        tx, tw = torch.from_numpy(x_log), torch.from_numpy(w_log)   # the same strided memory, no copy
+        f = getattr(torch.nn.functional, f"conv{rank}d")
+        torch_fn = lambda: f(tx, tw, stride=list(stride), padding=list(pad), dilation=list(dilation),  # noqa: E731
+                             groups=groups)
+    lay = {"cf": "channels-first", "cl": "channels-last"}
+    shape = (f"x {list(x_dims)} {lay[x_layout]}, w {list(w_dims)} {lay[w_layout]}, pad {list(pad)}, "
+             f"stride {list(stride)}" + (f", dilation {list(dilation)}" if any(d > 1 for d in dilation) else "")
+             + (f", groups {groups}" if groups > 1 else "") + ", f32")
+    flops = 2.0 * math.prod(y_dims) * w_dims[1] * math.prod(w_dims[2:])
+    return Case(name, shape, build, {1: (x_log, x_img), 2: (w_log, w_img)}, {3: (y_dims, y_strides)}, flops,
+                numpy_fn if groups == 1 else None, torch_fn, reference)
 
 
 def _gelu_tanh(v):

@@ -229,7 +229,19 @@ def test_fprop_golden_plain_and_grouped_1d(cpu):
     x = g.tensor(name="X", uid=1, dim=[1, 4, 8, 8])
     w = g.tensor(name="W", uid=2, dim=[5, 4, 3, 3])
     g.conv_fprop(x, w, padding=[1, 1]).set_output(True).set_uid(3)
+    # CPU: NCHW activations relaid to NHWC and the filter to HWCF, each behind a barrier, then the
+    # channels-last named op (lowering/ops/conv.py, cpu_channels_last).
     filecheck(lowered_mlir(g, cpu), r"""
+// CHECK: %[[XT:.+]] = linalg.transpose ins(%arg0 : tensor<1x4x8x8xf32>) {{.*}} permutation = [0, 2, 3, 1]
+// CHECK: %[[XB:.+]] = util.optimization_barrier %[[XT]] : tensor<1x8x8x4xf32>
+// CHECK: %[[PAD:.+]] = tensor.pad %[[XB]] low[0, 1, 1, 0] high[0, 1, 1, 0]
+// CHECK: %[[WT:.+]] = linalg.transpose ins(%arg1 : tensor<5x4x3x3xf32>) {{.*}} permutation = [2, 3, 1, 0]
+// CHECK: %[[WB:.+]] = util.optimization_barrier %[[WT]] : tensor<3x3x4x5xf32>
+// CHECK: %[[Y:.+]] = linalg.conv_2d_nhwc_hwcf {dilations = dense<[1, 1]> : tensor<2xi64>, strides = dense<[1, 1]> : tensor<2xi64>} ins(%[[PAD]], %[[WB]] : tensor<1x10x10x4xf32>, tensor<3x3x4x5xf32>) outs(%{{.+}} : tensor<1x8x8x5xf32>)
+// CHECK: linalg.transpose ins(%[[Y]] : tensor<1x8x8x5xf32>) {{.*}} permutation = [0, 3, 1, 2]
+""")
+    # GPU targets keep the channels-first form their CUDA workarounds are measured on.
+    filecheck(lowered_mlir(g, cpu, target="cuda:sm_80"), r"""
 // CHECK: %[[PAD:.+]] = tensor.pad %arg0 low[0, 0, 1, 1] high[0, 0, 1, 1]
 // CHECK: linalg.conv_2d_nchw_fchw {dilations = dense<[1, 1]> : tensor<2xi64>, strides = dense<[1, 1]> : tensor<2xi64>} ins(%[[PAD]], %arg1 : tensor<1x4x10x10xf32>, tensor<5x4x3x3xf32>) outs(%{{.+}} : tensor<1x5x8x8xf32>)
 """)
@@ -244,6 +256,35 @@ def test_fprop_golden_plain_and_grouped_1d(cpu):
 // CHECK: arith.mulf
 // CHECK: arith.addf
 // CHECK: tensor.collapse_shape {{.*}} : tensor<1x3x3x3xf32> into tensor<1x9x3xf32>
+""")
+
+
+def test_fprop_golden_channels_last_cpu(cpu):
+    """NHWC activations with a KRSC filter on the CPU: the activations' relayout folds into the
+    argument's (no transpose, no barrier on x), the filter goes to HWCF behind a barrier; a
+    depthwise conv takes the depthwise named op."""
+    xd = [2, 8, 9, 9]
+    g = hd.Graph(io_data_type=F)
+    x = g.tensor(name="X", uid=1, dim=xd, stride=_strides(xd, "nhwc"))
+    w = g.tensor(name="W", uid=2, dim=[6, 8, 3, 3], stride=_strides([6, 8, 3, 3], "nhwc"))
+    g.conv_fprop(x, w, padding=[1, 1], stride=[2, 2]).set_output(True).set_uid(3)
+    filecheck(lowered_mlir(g, cpu), r"""
+// CHECK: func.func @main(%[[X:.+]]: tensor<2x9x9x8xf32>, %[[W:.+]]: tensor<6x3x3x8xf32>
+// CHECK: %[[XL:.+]] = linalg.transpose ins(%[[X]] : tensor<2x9x9x8xf32>) {{.*}} permutation = [0, 3, 1, 2]
+// CHECK: %[[XC:.+]] = linalg.transpose ins(%[[XL]] : tensor<2x8x9x9xf32>) {{.*}} permutation = [0, 2, 3, 1]
+// CHECK-NOT: util.optimization_barrier %[[XC]]
+// CHECK: %[[PAD:.+]] = tensor.pad %[[XC]] low[0, 1, 1, 0] high[0, 1, 1, 0]
+// CHECK: %[[WB:.+]] = util.optimization_barrier %{{.+}} : tensor<3x3x8x6xf32>
+// CHECK: linalg.conv_2d_nhwc_hwcf {dilations = dense<[1, 1]> : tensor<2xi64>, strides = dense<[2, 2]> : tensor<2xi64>} ins(%[[PAD]], %[[WB]] : tensor<2x11x11x8xf32>, tensor<3x3x8x6xf32>) outs(%{{.+}} : tensor<2x5x5x6xf32>)
+""")
+    g = hd.Graph(io_data_type=F)
+    x = g.tensor(name="X", uid=1, dim=xd, stride=_strides(xd, "nhwc"))
+    w = g.tensor(name="W", uid=2, dim=[16, 1, 3, 3])
+    g.conv_fprop(x, w, padding=[1, 1]).set_output(True).set_uid(3)
+    filecheck(lowered_mlir(g, cpu), r"""
+// CHECK: %[[WB:.+]] = util.optimization_barrier %{{.+}} : tensor<3x3x8x2xf32>
+// CHECK: %[[Y:.+]] = linalg.depthwise_conv_2d_nhwc_hwcm {{.*}} outs(%{{.+}} : tensor<2x9x9x8x2xf32>)
+// CHECK: tensor.collapse_shape %[[Y]] {{\[}}[0], [1], [2], [3, 4]] : tensor<2x9x9x8x2xf32> into tensor<2x9x9x16xf32>
 """)
 
 

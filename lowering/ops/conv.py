@@ -35,6 +35,12 @@ from lowering.graph_ir import LoweringError, NodeDesc, OpKind
 
 _NAMED = {1: "linalg.conv_1d_ncw_fcw", 2: "linalg.conv_2d_nchw_fchw", 3: "linalg.conv_3d_ncdhw_fcdhw"}
 _NAMED_GROUPED = {2: "linalg.conv_2d_ngchw_gfchw"}  # input [N,G,C,H,W], filter [G,F,C,R,S], out [N,G,F,H,W]
+# Channels-last forms (CPU targets, see _cpu_channels_last): input [N, *S, C], filter [*R, C, F].
+_NAMED_CL = {1: "linalg.conv_1d_nwc_wcf", 2: "linalg.conv_2d_nhwc_hwcf", 3: "linalg.conv_3d_ndhwc_dhwcf"}
+_DEPTHWISE_CL = {1: "linalg.depthwise_conv_1d_nwc_wc", 2: "linalg.depthwise_conv_2d_nhwc_hwc",
+                 3: "linalg.depthwise_conv_3d_ndhwc_dhwc"}       # filter [*R, C], out [N, *O, C]
+_DEPTHWISE_CL_M = {1: "linalg.depthwise_conv_1d_nwc_wcm", 2: "linalg.depthwise_conv_2d_nhwc_hwcm",
+                   3: "linalg.depthwise_conv_3d_ndhwc_dhwcm"}    # filter [*R, C, M], out [N, *O, C, M]
 
 
 # ---------------------------------------------------------------------------
@@ -276,6 +282,123 @@ def _conv(em: Emitter, xp: Value, filt: Value, groups: int, stride: Sequence[int
     return _merge(em, res, 1)
 
 
+def _barrier(em: Emitter, v: Value) -> Value:
+    """``util.optimization_barrier``: IREE fuses nothing across it, so the relayout that produced
+    ``v`` runs in a dispatch of its own instead of inside the convolution's."""
+    name = em.op(f"util.optimization_barrier {v.ssa} : {v.type}", "ob")
+    return Value(name, v.shape, v.elem)
+
+
+def _transposed_arg(em: Emitter, v: Value, perm: Sequence[int]) -> bool:
+    """Whether ``v`` is a ``linalg.transpose`` of a function argument that ``perm`` undoes (then
+    transposing ``v`` by ``perm`` gives back the argument's memory order and IREE folds both away)."""
+    prefix = f"{v.ssa} = linalg.transpose ins(%arg"
+    for line in reversed(em.lines):
+        text = line.strip()
+        if text.startswith(f"{v.ssa} ="):
+            if not text.startswith(prefix) or "permutation = [" not in text:
+                return False
+            inner = [int(e) for e in text.rsplit("permutation = [", 1)[1].rstrip("]").split(",")]
+            return [inner[p] for p in perm] == list(range(len(perm)))
+    return False
+
+
+def _cl_pad(em: Emitter, v: Value, pre: Sequence[int], extent: Sequence[int]) -> Value:
+    """``v [N, *S, C]`` zero-padded by ``pre`` and cropped/padded at the end to spatial ``extent``."""
+    sp = v.shape[1:-1]
+    count = [min(n, e - lo) for n, lo, e in zip(sp, pre, extent)]
+    out_shape = (v.shape[0], *extent, v.shape[-1])
+    if any(c <= 0 for c in count):
+        return Value(em.filled(out_shape, v.elem, 0.0), out_shape, v.elem)
+    if tuple(count) != tuple(sp):
+        shape = (v.shape[0], *count, v.shape[-1])
+        name = em.op(f"tensor.extract_slice {v.ssa}[{_ints([0] * len(shape))}] [{_ints(shape)}] "
+                     f"[{_ints([1] * len(shape))}] : {v.type} to {tensor_type(shape, v.elem)}", "crop")
+        v = Value(name, shape, v.elem)
+    high = [e - lo - c for e, lo, c in zip(extent, pre, count)]
+    if not any(pre) and not any(high):
+        return v
+    zero = em.const(0.0, v.elem)
+    name = em.fresh("pad")
+    em.emit(f"{name} = tensor.pad {v.ssa} low[0, {_ints(pre)}, 0] high[0, {_ints(high)}, 0] {{")
+    args = ", ".join(f"{em.fresh('i')}: index" for _ in v.shape)
+    em.emit(f"^bb0({args}):")
+    em.emit(f"  tensor.yield {zero} : {v.elem}")
+    em.emit(f"}} : {v.type} to {tensor_type(out_shape, v.elem)}")
+    return Value(name, out_shape, v.elem)
+
+
+_LIFT_1D = True
+
+
+def cpu_channels_last(target: str, groups: int, w_dims: Sequence[int]) -> bool:
+    """Whether conv_fprop on ``target`` takes the channels-last form (``_conv_channels_last``).
+
+    NOTE: measured on the 2-core llvm-cpu machine with IREE 3.13 (docs/benchmarks/conv_forms.md):
+    ``conv_2d_nhwc_hwcf`` with its filter re-laid out in a dispatch of its own is the fastest form
+    IREE generates, several times the NCHW form once the layout transposes no longer fuse into the
+    conv dispatch. GPU targets keep the channels-first form their known CUDA workarounds rely on
+    (targets.GPU_CONV_FLAGS, docs/known_issues.md).
+    """
+    cg = w_dims[1]
+    return target.startswith("llvm-cpu") and (groups == 1 or cg == 1)
+
+
+def _conv_channels_last(em: Emitter, x: Value, w: Value, groups: int, p: ConvParams,
+                        out_sp: Sequence[int], acc: str) -> Value:
+    """conv_fprop of logical ``x [N, C, *S]`` and ``w [K, C/G, *R]`` in a channels-last named op;
+    ungrouped (``conv_*_nhwc_hwcf``) or depthwise (``depthwise_conv_*_nhwc_hwc[m]``). Returns the
+    logical ``[N, K, *O]``.
+
+    The activations are transposed to ``[N, *S, C]``: when ``x`` is a channels-last argument that
+    transpose undoes the argument's own and both fold away; otherwise it sits behind a barrier so it
+    runs as a plain copy. The filter's relayout is behind a barrier always (filters are small).
+    """
+    rank = p.rank
+    to_cl = [0, *range(2, 2 + rank), 1]
+    xc = em.transpose(x, to_cl)
+    if not _transposed_arg(em, x, to_cl):
+        xc = _barrier(em, xc)
+    kern = w.shape[2:]
+    extent = [(o - 1) * s + (k - 1) * d + 1 for o, k, s, d in zip(out_sp, kern, p.stride, p.dilation)]
+    xp = _cl_pad(em, xc, p.pre, extent)
+    attrs = (f"{{dilations = dense<[{_ints(p.dilation)}]> : tensor<{rank}xi64>, "
+             f"strides = dense<[{_ints(p.stride)}]> : tensor<{rank}xi64>}}")
+    n, k = x.shape[0], w.shape[0]
+    if groups == 1:
+        filt = _barrier(em, em.transpose(w, [*range(2, 2 + rank), 1, 0]))     # [*R, C, K]
+        opname, out_shape = _NAMED_CL[rank], (n, *out_sp, k)
+    else:
+        c, mult = x.shape[1], k // groups
+        wk = em.reshape(w, (k, *kern))                                          # [K, *R]
+        wt = em.transpose(wk, [*range(1, 1 + rank), 0])                         # [*R, K]
+        if mult == 1:
+            filt, opname, out_shape = _barrier(em, wt), _DEPTHWISE_CL[rank], (n, *out_sp, c)
+        else:
+            filt = _barrier(em, _split(em, wt, rank, (c, mult)))                # [*R, C, M]
+            opname, out_shape = _DEPTHWISE_CL_M[rank], (n, *out_sp, c, mult)
+    lift = rank == 1 and _LIFT_1D
+    if lift:
+        # NOTE: 1-D as 2-D over a unit height (see _LIFT_1D).
+        xp = _split(em, xp, 1, (1, xp.shape[1]))
+        filt = _split(em, filt, 0, (1, filt.shape[0]))
+        opname = {_NAMED_CL[1]: _NAMED_CL[2], _DEPTHWISE_CL[1]: _DEPTHWISE_CL[2],
+                  _DEPTHWISE_CL_M[1]: _DEPTHWISE_CL_M[2]}[opname]
+        out_shape = (out_shape[0], 1, *out_shape[1:])
+        attrs = (f"{{dilations = dense<[1, {p.dilation[0]}]> : tensor<2xi64>, "
+                 f"strides = dense<[1, {p.stride[0]}]> : tensor<2xi64>}}")
+    init = em.filled(out_shape, acc, 0.0)
+    t = tensor_type(out_shape, acc)
+    name = em.op(f"{opname} {attrs} ins({xp.ssa}, {filt.ssa} : {xp.type}, {filt.type}) "
+                 f"outs({init} : {t}) -> {t}", "conv")
+    res = Value(name, out_shape, acc)
+    if lift:
+        res = _merge(em, res, 0)                                                # [N, O, ...]
+    if len(out_shape) - lift == rank + 3:
+        res = _merge(em, res, rank + 1)                                         # [N, *O, K]
+    return em.transpose(res, [0, rank + 1, *range(1, rank + 1)])
+
+
 def _check_float(node: NodeDesc, *vals: Value) -> None:
     for v in vals:
         if v.elem not in FLOAT_TYPES:
@@ -309,6 +432,9 @@ def lower_conv_fprop(ctx: LowerContext, node: NodeDesc) -> None:
     p, groups = _geometry(node, x.shape, w.shape, y_dims, None)
     em, acc = ctx.em, ctx.compute_elem(node)
     out_sp, kern = y_dims[2:], w.shape[2:]
+    if cpu_channels_last(ctx.target, groups, w.shape):
+        ctx.define(at.y_uid, _conv_channels_last(em, x, w, groups, p, out_sp, acc))
+        return
     extent = [(o - 1) * s + (k - 1) * d + 1 for o, k, s, d in zip(out_sp, kern, p.stride, p.dilation)]
     xp = _place(em, x, p.pre, [1] * p.rank, extent)
     filt = w if groups == 1 else _split(em, w, 0, (groups, w.shape[0] // groups))

@@ -205,13 +205,16 @@ class IreeLinalgPlugin:
             raise HipdnnError(Status.NOT_INITIALIZED, "IREE_LINALG plugin is not bound to a handle target")
         from hipdnn_iree.plugins.iree_linalg import cache as _cache
         from lowering import decode_graph
+        from lowering.graph_ir import OpKind
         try:
             desc = decode_graph(op_graph)
         except LoweringError as e:
             raise HipdnnError(Status.BAD_PARAM, f"IREE_LINALG cannot read the op graph: {e}") from None
         has_double = any(t.data_type == DataType.DOUBLE for t in desc.tensors) or any(
             n.compute_data_type == DataType.DOUBLE for n in desc.nodes) or desc.compute_data_type == DataType.DOUBLE
-        flags = tuple(self.compile_flags) + tuple(self.target.graph_flags([n.kind for n in desc.nodes], has_double))
+        conv_ranks = [len(desc.tensor(n.attrs.x_uid).dims) - 2 for n in desc.nodes if n.kind == OpKind.CONV_FPROP]
+        flags = tuple(self.compile_flags) + tuple(self.target.graph_flags([n.kind for n in desc.nodes], has_double,
+                                                                          conv_ranks))
         store = _cache.resolve(self.cache)
         key = store.key_for(op_graph, self.target, flags) if store is not None else None
         hit = store.get(key) if store is not None else None

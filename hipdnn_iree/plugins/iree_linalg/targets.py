@@ -16,6 +16,16 @@ DEFAULT_CUDA_ARCH = "sm_80"   # NOTE: IREE 3.13 rejects sm_90; sm_80 PTX is JIT-
 GPU_CONV_FLAGS = ("--iree-preprocessing-pass-pipeline=builtin.module(util.func("
                   "iree-preprocessing-convert-conv-to-channels-last))",)
 
+# llvm-cpu flags, from measurements on the 2-core build machine (IREE 3.13; docs/benchmarks/flags.md):
+# data tiling sends matmuls to IREE's mmt4d ukernel (f32 1024^3: about 2x) and does not slow the
+# channels-last convolutions (lowering/ops/conv.py).
+CPU_FLAGS = ("--iree-opt-data-tiling",)
+# Graphs whose convolutions are all 1-D: IREE's conv code for them ran at 8-13 GFLOP/s in every
+# linalg form (NCW, NWC, NWC lifted to NHWC); im2col turns them into data-tiled matmuls (about 6x).
+# NOTE: on 2-D convolutions im2col is slower than the channels-last named op (IREE_NOTES).
+CPU_CONV1D_FLAGS = ("--iree-global-opt-use-im2col-for-convs",)
+
+
 @dataclass(frozen=True)
 class Target:
     backend: str   # llvm-cpu | rocm | cuda
@@ -31,13 +41,14 @@ class Target:
     def compile_flags(self) -> list[str]:
         if self.backend == "llvm-cpu":
             return ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
-                    f"--iree-llvmcpu-target-cpu={self.arch}"]
+                    f"--iree-llvmcpu-target-cpu={self.arch}", *CPU_FLAGS]
         if self.backend == "rocm":
             return ["--iree-hal-target-device=hip", f"--iree-rocm-target={self.arch}"]
         return ["--iree-hal-target-device=cuda", f"--iree-cuda-target={self.arch}"]
 
-    def graph_flags(self, op_kinds, has_double: bool = False) -> list[str]:
-        """Flags that depend on the graph: its op kinds (see GPU_CONV_FLAGS) and DOUBLE tensors.
+    def graph_flags(self, op_kinds, has_double: bool = False, conv_ranks=()) -> list[str]:
+        """Flags that depend on the graph: its op kinds (see GPU_CONV_FLAGS), DOUBLE tensors and the
+        spatial ranks of its conv_fprop nodes (``conv_ranks``, see CPU_CONV1D_FLAGS).
 
         NOTE: IREE demotes f64 to f32 by default, which leaves a DOUBLE output buffer holding f32
         bit patterns (garbage, silently); graphs with DOUBLE tensors compile with real f64.
@@ -48,6 +59,8 @@ class Target:
         if (self.backend in ("rocm", "cuda") and kinds & {OpKind.CONV_FPROP, OpKind.CONV_WGRAD}
                 and (OpKind.CONV_DGRAD not in kinds or OpKind.CONV_FPROP in kinds)):
             flags += list(GPU_CONV_FLAGS)
+        if self.backend == "llvm-cpu" and conv_ranks and set(conv_ranks) == {1}:
+            flags += list(CPU_CONV1D_FLAGS)
         return flags
 
 
