@@ -188,6 +188,59 @@ def sdpa_causal_gqa(dt):
         t[1].double(), t[2].double(), t[3].double(), is_causal=True, enable_gqa=True)}
 
 
+# Strided views (issue 13): cases whose inputs/outputs are views into shared buffers. VIEWS[name]
+# rebinds the runner's tensors as such views and returns a check that the memory around them is intact.
+VIEWS = {}
+PB, PS, PH, PD = 2, 128, 4, 64
+
+
+@case
+def sdpa_packed_qkv_slot_out(dt):
+    """Q, K, V as views of one packed [B, S, 3, H, D] buffer; O written into slot 1 of [B, S, 2, H, D]."""
+    g = hd.Graph(name="sdpa_packed_qkv", io_data_type=DT[dt], compute_data_type=hd.DataType.FLOAT)
+    st = [PS * 3 * PH * PD, PD, 3 * PH * PD, 1]
+    q, k, v = (g.tensor(name=n, uid=u, dim=[PB, PH, PS, PD], stride=st) for n, u in (("q", 1), ("k", 2), ("v", 3)))
+    g.sdpa(q, k, v, attn_scale=0.125).set_output(True).set_uid(4).set_stride([PS * 2 * PH * PD, PD, 2 * PH * PD, 1])
+    return g, lambda torch, t: {4: torch.nn.functional.scaled_dot_product_attention(
+        t[1].double(), t[2].double(), t[3].double(), scale=0.125)}
+
+
+def _packed_views(torch, t):
+    ref = t[1]
+    qkv = torch.randn((PB, PS, 3, PH, PD), device=ref.device, dtype=torch.float32).to(ref.dtype)
+    big = torch.full((PB, PS, 2, PH, PD), 7.0, device=ref.device, dtype=ref.dtype)
+    t = dict(t)
+    for i, u in enumerate((1, 2, 3)):
+        t[u] = qkv[:, :, i].transpose(1, 2)
+    t[4] = big[:, :, 1].transpose(1, 2)
+    return t, lambda: bool((big[:, :, 0] == 7.0).all())
+
+
+VIEWS["sdpa_packed_qkv_slot_out"] = _packed_views
+
+
+@case
+def matmul_sliced_input_slot_out(dt):
+    """x: columns 64..576 of a [256, 640] activation; y written into columns 128..384 of [256, 512]."""
+    g = hd.Graph(name="matmul_sliced", io_data_type=DT[dt], compute_data_type=hd.DataType.FLOAT)
+    x = g.tensor(name="x", uid=1, dim=[256, 512], stride=[640, 1])
+    w = g.tensor(name="w", uid=2, dim=[512, 256])
+    g.pointwise(g.matmul(x, w), mode=P.RELU_FWD).set_output(True).set_uid(3).set_stride([512, 1])
+    return g, lambda torch, t: {3: torch.relu(t[1].double() @ t[2].double())}
+
+
+def _sliced_views(torch, t):
+    ref = t[1]
+    wide = torch.randn((256, 640), device=ref.device, dtype=torch.float32).to(ref.dtype)
+    big = torch.full((256, 512), -2.0, device=ref.device, dtype=ref.dtype)
+    t = dict(t)
+    t[1], t[3] = wide[:, 64:576], big[:, 128:384]
+    return t, lambda: bool((big[:, :128] == -2.0).all() and (big[:, 384:] == -2.0).all())
+
+
+VIEWS["matmul_sliced_input_slot_out"] = _sliced_views
+
+
 # Flag variants for the conv cases (before/after of the GPU default flags, in one run):
 # (keep the per-target default flags?, extra flags)
 # NOTE: codegen options such as --iree-codegen-llvmgpu-use-igemm are global LLVM options that
@@ -275,6 +328,9 @@ def run_all(plans: str, device: str, out_json: str | None) -> int:
         restore = time.perf_counter() - t0
         tensors = r.get_compiled_plan_tensors()
         t = _torch_inputs(torch, tensors, dt, tdev)
+        intact = None
+        if name in VIEWS:
+            t, intact = VIEWS[name](torch, t)
         if tdev == "cpu":   # CPU smoke of this script: numpy views of the torch tensors
             import ml_dtypes
             pack = {u: v.numpy() if v.dtype != torch.bfloat16 else
@@ -295,6 +351,8 @@ def run_all(plans: str, device: str, out_json: str | None) -> int:
                 errs[uid] = float((got - ref).abs().max()) / scale
             ok = all(e <= TOL[dt] and math.isfinite(e) for e in errs.values())
             err_text = ""
+            if intact is not None and not intact():
+                ok, err_text = False, "memory around a strided view was changed"
         except Exception as e:  # reported, not raised: the matrix should finish
             ok, errs, first, err_text = False, {}, float("nan"), f"{type(e).__name__}: {e}"[:300]
         failures += not ok
