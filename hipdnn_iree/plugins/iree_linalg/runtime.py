@@ -90,6 +90,7 @@ class LoadedModule:
         self._import_type = r.MemoryType.DEVICE_LOCAL | r.MemoryType.HOST_VISIBLE
         self._usage = r.BufferUsage.DEFAULT
         self._lock = threading.Lock()
+        self._rt = r
 
     def host_view(self, arr):
         """A buffer view aliasing a 64-byte aligned, writable host array (no copy).
@@ -105,6 +106,20 @@ class LoadedModule:
     def dlpack_view(self, obj):
         """Imports a DLPack tensor (device or host memory) without copying."""
         return self.device.from_dlpack_capsule(obj.__dlpack__())
+
+    def arg_list(self, views: list):
+        """A ``VmVariantList`` of ``views``, built once and reused by ``invoke_list``."""
+        args = self._rt.VmVariantList(len(views))
+        for v in views:
+            args.push_ref(v)
+        return args
+
+    def invoke_list(self, args, n_results: int) -> None:
+        """Invokes with a prebuilt argument list; results land in the caller's buffers
+        (``iree.abi.output``), so the returned views are not read back."""
+        rets = self._rt.VmVariantList(n_results)
+        with self._lock:
+            self.context.invoke(self.function, args, rets)
 
     def invoke(self, views: list, n_results: int) -> list:
         r = rt()
