@@ -216,6 +216,80 @@ def chain(shape) -> Case:
                 lambda: _gelu_tanh(x @ w + b), torch_fn if torch else None)
 
 
+def batch_matmul(b: int, m: int, k: int, n: int) -> Case:
+    rng = np.random.default_rng(4)
+    a, w = rng.standard_normal((b, m, k), np.float32), rng.standard_normal((b, k, n), np.float32)
+    torch = _torch()
+
+    def build():
+        g = hd.Graph(name="batch_matmul", io_data_type=hd.DataType.FLOAT)
+        g.matmul(g.tensor(name="A", uid=1, dim=[b, m, k]), g.tensor(name="B", uid=2, dim=[b, k, n])) \
+            .set_output(True).set_uid(3)
+        return g
+    ta, tw = (torch.from_numpy(a), torch.from_numpy(w)) if torch else (None, None)
+    return Case("batched matmul", f"{b}x{m}x{k} @ {b}x{k}x{n} f32", build, {1: (a, a), 2: (w, w)},
+                {3: ([b, m, n], [m * n, n, 1])}, 2.0 * b * m * n * k, lambda: a @ w,
+                (lambda: torch.bmm(ta, tw)) if torch else None)
+
+
+def model_block(name: str, label: str, shape: str) -> Case:
+    """A block of benchmarks/gpu_blocks.py (built from the public API) in f32 on the CPU; PyTorch runs
+    the block's own forward; the error column compares with that forward in float64 (numpy has no sdpa)."""
+    import gpu_blocks
+    g0, forward = getattr(gpu_blocks, name)("f32")
+    torch = _torch()
+    h = hd.create_handle(device=None, target="llvm-cpu", cache=False)
+    g0.build_operation_graph(h)
+    from lowering import decode_graph
+    desc = decode_graph(g0.get_op_graph_bytes())
+    rng = np.random.default_rng(5)
+    inputs, outputs = {}, {}
+    for t in desc.bound_tensors():
+        dims, strides = list(t.dims), list(t.strides)
+        if t.uid in desc.output_uids():
+            outputs[t.uid] = (dims, strides)
+            continue
+        order = sorted(range(len(dims)), key=lambda a: -strides[a])
+        fan = gpu_blocks._fan_in(type("T", (), {"name": t.name, "dims": dims})())
+        scale = 1.0 / math.sqrt(fan) if fan else (0.1 if not t.name.endswith(("scale", "inv_var")) else 1.0)
+        dense = (rng.standard_normal([dims[a] for a in order]) * scale).astype(np.float32)
+        if t.name.endswith("inv_var"):
+            dense = np.abs(dense) * 0.5 + 0.5
+        inputs[t.uid] = (strided(dense, dims, strides), dense)
+
+    def torch_inputs(dtype):
+        return {u: torch.from_numpy(np.asarray(v)).to(dtype) if dtype != torch.float32 else torch.from_numpy(v)
+                for u, (v, _) in inputs.items()}
+    tin = torch_inputs(torch.float32) if torch else None
+    (out_uid,) = outputs
+
+    def reference():
+        return forward(torch, torch_inputs(torch.float64))[out_uid].numpy()
+    return Case(label, shape, lambda: getattr(gpu_blocks, name)("f32")[0], inputs, outputs, None, None,
+                (lambda: forward(torch, tin)) if torch else None, reference)
+
+
 def all_cases(sizes: str = "full") -> list[Case]:
-    mm, cv, ch = SIZES[sizes]
-    return [tiny_matmul(), matmul(mm), conv(cv), chain(ch)]
+    if sizes == "tiny":
+        mm, cv, ch = SIZES[sizes]
+        return [tiny_matmul(), matmul(mm), conv(cv), chain(ch),
+                conv_case("conv 1-D", [1, 8, 20], [8, 8, 3], [1], [2], x_layout="cf", w_layout="cf")]
+    C = conv_case
+    return [
+        tiny_matmul(),
+        C("ResNet-50 stem 7x7/2", [8, 3, 224, 224], [64, 3, 7, 7], [3, 3], [2, 2]),
+        C("ResNet-50 3x3", [8, 64, 56, 56], [64, 64, 3, 3], [1, 1], [1, 1]),
+        C("ResNet-50 3x3 NCHW/KCRS", [8, 64, 56, 56], [64, 64, 3, 3], [1, 1], [1, 1], x_layout="cf", w_layout="cf"),
+        C("ResNet-50 1x1", [8, 256, 56, 56], [64, 256, 1, 1], [0, 0], [1, 1]),
+        C("ResNet-50 projection 1x1/2", [8, 256, 56, 56], [512, 256, 1, 1], [0, 0], [2, 2]),
+        C("depthwise 3x3", [8, 128, 56, 56], [128, 1, 3, 3], [1, 1], [1, 1]),
+        C("conv 1-D k3/2", [1, 512, 400], [512, 512, 3], [1], [2], x_layout="cf", w_layout="cf"),
+        C("conv 3-D 3x3x3", [2, 32, 8, 28, 28], [64, 32, 3, 3, 3], [1, 1, 1], [1, 1, 1]),
+        matmul(1024),
+        batch_matmul(12, 256, 64, 256),
+        chain((1024, 1024, 1024)),
+        model_block("bert_attention", "BERT-base attention", "x [2,128,768], 12 heads: Q/K/V projections, sdpa"),
+        model_block("bert_output_ffn", "BERT-base output+FFN", "256 tokens: Wo, residual, LN, 768->3072 GELU ->768, LN"),
+        model_block("llama_gqa_attention", "Llama attention (GQA)", "256 tokens, E 1024: rmsnorm, 16q/4kv heads, causal sdpa"),
+        model_block("llama_swiglu_mlp", "Llama SwiGLU MLP", "256 tokens: rmsnorm, 1024->2816 SwiGLU ->1024, residual"),
+    ]

@@ -113,7 +113,9 @@ def compile_all(target, out, only=None):
         if only and name not in only:
             continue
         for vname, flags in variants.items():
-            h = hd.create_handle(device=None, target=target)
+            # NOTE: no compile cache: its key sees the graph and the flags but not a lowering switch, so
+            # the "composition" variant would otherwise be served the fused plan of the same graph.
+            h = hd.create_handle(device=None, target=target, cache=False)
             h.resource_manager.plugin_for(ENGINE_ID).compile_flags = tuple(flags)
             g, _ = _graph(name)
             t0 = time.perf_counter()
@@ -191,7 +193,9 @@ def restore_times(plan_path, n=2):
             "h = hd.create_handle(device='cuda')\n"
             f"data = hd.load_plan({plan_path!r})\n"
             "t0 = time.perf_counter(); r = hd.Graph.from_compiled_plan(h, data); t1 = time.perf_counter()\n"
-            "ts = {x.uid: torch.zeros(list(x.dims), dtype=torch.float16, device='cuda') for x in r.get_compiled_plan_tensors()}\n"
+            # NOTE: buffers in each tensor's declared layout (an NHWC conv refuses contiguous NCHW ones)
+            "ts = {x.uid: torch.empty_strided(list(x.dims), list(x.strides), dtype=torch.float16, device='cuda')"
+            ".zero_() for x in r.get_compiled_plan_tensors()}\n"
             "t2 = time.perf_counter(); r.execute(h, ts); torch.cuda.synchronize(); t3 = time.perf_counter()\n"
             "print((t1 - t0) * 1e3, (t3 - t2) * 1e3)\n")
     out = []

@@ -116,17 +116,17 @@ def measure_case(case: Case, handles: dict, repeats: int, cold_repeats: int, min
         times["first execute"].append(time.perf_counter() - t1)
     bare = _bare_runtime(plan, case)
     loops = {"graph": lambda: r.execute(exec_h, pack), "bare": bare}
-    if case.flops:
+    if case.numpy_fn is not None and case.name != "tiny matmul (overhead probe)":
         loops["numpy"] = case.numpy_fn
-        if case.torch_fn is not None:
-            loops["torch"] = case.torch_fn
+    if case.torch_fn is not None and case.flops is not None or case.reference is not None:
+        loops["torch"] = case.torch_fn
     samples = {k: [] for k in loops}
     for _ in range(3):   # NOTE: interleaved rounds so drift (other load on the machine) hits every side alike
         for k, fn in loops.items():
             samples[k] += _timed_maybe_torch(k, fn, min_time / 3)
     times["steady execute"], bare_exec = samples["graph"], samples["bare"]
     (out_uid, got), = outs.items()
-    want = case.numpy_fn()
+    want = (case.reference or case.numpy_fn)()
     err = float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-30))
     bare_out = bare()[0]
     r.release()
@@ -149,26 +149,29 @@ def _timed_maybe_torch(kind: str, fn, min_time: float) -> list[float]:
 
 
 def run_suite(sizes: str = "full", repeats: int = 5, cold_repeats: int = 3, min_time: float = 1.0,
-              out_dir: str | None = None, chart: bool | None = None, log=print) -> dict:
+              out_dir: str | None = None, chart: bool | None = None, log=print, runs: int = 1) -> dict:
     """Measures every case and writes the report; returns ``{"meta", "results", "markdown", "files"}``.
 
     ``chart=None`` draws the PNG only when matplotlib imports.
     """
     out_dir = out_dir or os.path.join(REPO, "docs", "benchmarks")
     load_start = _load()
-    results = []
+    results, later = [], []
     with tempfile.TemporaryDirectory(prefix="hipdnn_iree_bench_cache_") as cache_dir:
         handles = {"cold": hd.create_handle(cache=False), "cached": hd.create_handle(cache=cache_dir)}
-        for case in all_cases(sizes):
-            log(f"[bench] {case.name}: {case.shape}")
-            try:
-                results.append(measure_case(case, handles, repeats, cold_repeats, min_time))
-            except hd.HipdnnError as e:   # NOTE: an op family still in progress is skipped, not fatal
-                log(f"[bench]   skipped: {e}")
-                results.append({"name": case.name, "shape": case.shape, "skipped": str(e)})
+        for run in range(runs):
+            for case in all_cases(sizes):
+                log(f"[bench] run {run + 1}: {case.name}: {case.shape}")
+                try:
+                    res = measure_case(case, handles, repeats, cold_repeats, min_time)
+                except hd.HipdnnError as e:   # NOTE: an op family still in progress is skipped, not fatal
+                    log(f"[bench]   skipped: {e}")
+                    res = {"name": case.name, "shape": case.shape, "skipped": str(e)}
+                res["run"] = run + 1
+                (results if run == 0 else later).append(res)
     meta = machine_info(sizes, repeats, cold_repeats)
     meta["load_average_start"] = load_start
-    md = render_markdown(meta, results)
+    md = render_markdown(meta, results) + render_ratios(results, later)
     os.makedirs(out_dir, exist_ok=True)
     files = {"markdown": os.path.join(out_dir, "cpu.md")}
     with open(files["markdown"], "w", encoding="utf-8") as f:
@@ -182,7 +185,7 @@ def run_suite(sizes: str = "full", repeats: int = 5, cold_repeats: int = 3, min_
             if chart:
                 raise
             log("[bench] matplotlib is not installed: no PNG (pip install 'hipdnn-iree[bench]')")
-    return {"meta": meta, "results": results, "markdown": md, "files": files}
+    return {"meta": meta, "results": results, "later_runs": later, "markdown": md, "files": files}
 
 
 def machine_info(sizes: str, repeats: int, cold_repeats: int) -> dict:
@@ -281,6 +284,34 @@ def render_markdown(meta: dict, results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _spread(xs) -> str:
+    """Median with the interquartile range, in ms."""
+    q = statistics.quantiles(xs, n=4) if len(xs) >= 4 else [min(xs), 0, max(xs)]
+    return f"{_med(xs) * 1e3:.3g} [{q[0] * 1e3:.3g}-{q[2] * 1e3:.3g}]"
+
+
+def render_ratios(results: list[dict], later: list[dict]) -> str:
+    """hipdnn-iree against PyTorch CPU and numpy, every run: medians [interquartile range], ratios."""
+    lines = ["", "## Against PyTorch CPU and numpy, every run (ms: median [interquartile range])", "",
+             "Ratio = hipdnn-iree time / reference time of the same run (lower is better; 1.0 is parity). "
+             "The tiny matmul row compares `Graph.execute` with the bare `iree.runtime` call instead.", "",
+             "| case | run | hipdnn-iree | PyTorch CPU | numpy | / torch | / numpy | GFLOP/s | error |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(results + later, key=lambda r: ([x["name"] for x in results].index(r["name"]), r["run"])):
+        if "skipped" in r:
+            lines.append(f"| {r['name']} | {r['run']} | skipped |||||||")
+            continue
+        hd_t = r["times"]["steady execute"]
+        tt, nt = r.get("torch"), r.get("numpy")
+        if r["name"].startswith("tiny"):
+            tt, nt = None, r["bare_execute"]
+        gf = f"{r['flops'] / _med(hd_t) / 1e9:.0f}" if r["flops"] else ""
+        lines.append(f"| {r['name']} | {r['run']} | {_spread(hd_t)} | {_spread(tt) if tt else ''} | "
+                     f"{_spread(nt) if nt else ''} | {f'{_med(hd_t) / _med(tt):.2f}x' if tt else ''} | "
+                     f"{f'{_med(hd_t) / _med(nt):.2f}x' if nt else ''} | {gf} | {r['rel_err_vs_numpy']:.1e} |")
+    return "\n".join(lines) + "\n"
+
+
 def render_chart(results: list[dict], path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -323,12 +354,13 @@ def main(argv=None) -> int:
     ap.add_argument("--min-time", type=float, default=1.5, help="seconds per execute timing loop")
     ap.add_argument("--out", default=os.path.join(REPO, "docs", "benchmarks"))
     ap.add_argument("--json", help="also write the raw timings here")
+    ap.add_argument("--runs", type=int, default=2, help="passes over every case (the ratio table shows each)")
     args = ap.parse_args(argv)
-    res = run_suite(args.sizes, args.repeats, args.cold_repeats, args.min_time, args.out)
+    res = run_suite(args.sizes, args.repeats, args.cold_repeats, args.min_time, args.out, runs=args.runs)
     print(res["markdown"])
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"meta": res["meta"], "results": res["results"]}, f, indent=1)
+            json.dump({"meta": res["meta"], "results": res["results"], "later_runs": res["later_runs"]}, f, indent=1)
     print("wrote " + ", ".join(res["files"].values()), file=sys.stderr)
     return 0
 
