@@ -54,7 +54,7 @@ class LowerContext:
     def compute_elem(self, node: NodeDesc, default: str = "f32") -> str:
         """Element type arithmetic runs in: the node's, else the graph's, else ``default``."""
         for dt in (node.compute_data_type, self.graph.compute_data_type):
-            if dt != DataType.NOT_SET:
+            if dt != DataType.UNSET:
                 return element_type(dt, f"node '{node.name}' compute type")
         return default
 

@@ -1,4 +1,4 @@
-"""Bounds checks for FlatBuffer tables read with the Python runtime.
+"""Bounds checks for FlatBuffer tables read with the Python runtime (hipdnn_iree.flatbuffers_sdk.verify re-exports them).
 
 The Python ``flatbuffers`` package has no verifier: reading a truncated or
 hostile buffer raises ``IndexError``/``struct.error`` from deep inside, or

@@ -1,21 +1,39 @@
 """Typed, immutable view of the operation graph and its FlatBuffer codec.
 
-The graph crosses the backend/plugin boundary as ``schemas/graph.fbs`` bytes,
-as in hipDNN. The frontend builds these dataclasses and encodes them; the
+The graph crosses the backend/plugin boundary as hipDNN's graph FlatBuffer
+(``schemas/graph.fbs``: namespace ``hipdnn_flatbuffers_sdk.data_objects``,
+root ``Graph``). The frontend builds these dataclasses and encodes them; the
 plugins (lowering, reference engine) decode the same bytes back. One frozen
-dataclass per op's attributes; :class:`OpKind` is the schema's union tag.
+dataclass per node type; :class:`OpKind` is the schema's ``NodeAttributes``
+union tag, so every hipDNN node type decodes (those this project does not
+lower are refused later, by name: :func:`unsupported_reason`).
+
+Decoding never trusts the bytes: every table, vector and union value is
+bounds-checked (:mod:`hipdnn_iree.flatbuffers_sdk.verify`'s walker) before a
+generated accessor reads it; anything wrong is a :class:`LoweringError`.
 """
 from __future__ import annotations
 
 import dataclasses
 import enum
 import math
+import struct
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import flatbuffers
 
 from lowering._fbs import graph_generated as G
+
+# Graphs this project writes carry these bytes in the FlatBuffer file-identifier slot. hipDNN's
+# schema declares no file_identifier, so hipDNN's readers ignore them; this project uses them to
+# tell its graphs from the pre-0.3 format (plans' module reflection, backend/selfcheck.py).
+FILE_IDENTIFIER = b"HDI1"
+SCHEMA_NAMESPACE = "hipdnn_flatbuffers_sdk.data_objects"
+MAX_TENSORS = 1 << 16
+MAX_NODES = 1 << 14
+MAX_RANK = 16
+MAX_STRING = 1 << 12
 
 
 class LoweringError(ValueError):
@@ -30,26 +48,46 @@ class LoweringError(ValueError):
         self.kind = kind
 
 
+_NA = G.NodeAttributes
+
+
 class OpKind(enum.IntEnum):
-    """Op kinds; the values are the ``NodeAttributes`` union tags."""
+    """hipDNN's node types; the values are the ``NodeAttributes`` union tags."""
 
-    POINTWISE = G.NodeAttributes.PointwiseAttributes
-    MATMUL = G.NodeAttributes.MatmulAttributes
-    CONV_FPROP = G.NodeAttributes.ConvolutionFwdAttributes
-    CONV_DGRAD = G.NodeAttributes.ConvolutionBwdDataAttributes
-    CONV_WGRAD = G.NodeAttributes.ConvolutionBwdFilterAttributes
-    REDUCTION = G.NodeAttributes.ReductionAttributes
-    BATCHNORM_INFERENCE = G.NodeAttributes.BatchnormInferenceAttributes
-    LAYERNORM = G.NodeAttributes.LayernormAttributes
-    RMSNORM = G.NodeAttributes.RmsnormAttributes
-    SDPA = G.NodeAttributes.SdpaAttributes
+    BATCHNORM_INFERENCE = _NA.BatchnormInferenceAttributes
+    POINTWISE = _NA.PointwiseAttributes
+    BATCHNORM_BACKWARD = _NA.BatchnormBackwardAttributes
+    BATCHNORM = _NA.BatchnormAttributes
+    CONV_FPROP = _NA.ConvolutionFwdAttributes
+    CONV_DGRAD = _NA.ConvolutionBwdAttributes
+    CONV_WGRAD = _NA.ConvolutionWrwAttributes
+    BATCHNORM_INFERENCE_VARIANCE_EXT = _NA.BatchnormInferenceAttributesVarianceExt
+    MATMUL = _NA.MatmulAttributes
+    RMSNORM = _NA.RMSNormAttributes
+    LAYERNORM = _NA.LayernormAttributes
+    SDPA = _NA.SdpaAttributes
+    BLOCK_SCALE_DEQUANTIZE = _NA.BlockScaleDequantizeAttributes
+    BLOCK_SCALE_QUANTIZE = _NA.BlockScaleQuantizeAttributes
+    SDPA_BACKWARD = _NA.SdpaBackwardAttributes
+    CUSTOM_OP = _NA.CustomOpAttributes
+    RMSNORM_BACKWARD = _NA.RMSNormBackwardAttributes
+    REDUCTION = _NA.ReductionAttributes
+    RESAMPLE_FWD = _NA.ResampleFwdAttributes
+    LAYERNORM_BACKWARD = _NA.LayernormBackwardAttributes
+    RESAMPLE_BWD = _NA.ResampleBwdAttributes
+    MOE_GROUPED_MATMUL = _NA.MoeGroupedMatmulAttributes
+    MOE_GROUPED_MATMUL_BWD = _NA.MoeGroupedMatmulBwdAttributes
 
+
+TABLE_NAMES = {v: k for k, v in vars(_NA).items() if not k.startswith("_") and isinstance(v, int) and v}
 
 ABSENT = -1  # uid of an optional input that is not connected
 
 
 @dataclass(frozen=True)
 class TensorDesc:
+    """A graph tensor. ``is_scalar``: a constant (hipDNN's ``value``) baked into the plan."""
+
     uid: int
     name: str
     data_type: int
@@ -58,19 +96,44 @@ class TensorDesc:
     is_virtual: bool = False
     is_scalar: bool = False
     scalar_value: float = 0.0
+    is_runtime_pass_by_value: bool = False
+    ragged_offset_tensor_uid: int | None = None
+    alignment: int = 16
+    ragged_offset_multiplier: int = 1
+
+
+def f32(v: float) -> float:
+    """``v`` rounded to float32 (hipDNN stores these attributes as ``float``); NaN stays NaN."""
+    v = float(v)
+    if math.isnan(v):
+        return math.nan
+    try:
+        return struct.unpack("<f", struct.pack("<f", v))[0]
+    except OverflowError:
+        return math.copysign(math.inf, v)
 
 
 # ---------------------------------------------------------------------------
-# Op attributes. Field names equal the schema's; ``_IN``/``_OUT`` name the
-# tensor-uid fields in operand order.
+# Op attributes. ``SPEC`` lists the schema table's fields in slot order as
+# ``(schema field, attribute name, type)``; ``_IN``/``_OUT`` name the tensor
+# fields in operand order. Types: uid (required tensor), uid? (optional, ABSENT),
+# i64/i32 (number), i64?/i32? (None when absent), f32? (NaN when absent),
+# bool, bool? (None when absent), u8 (enum), v64/v32 (int lists), vuid (uid
+# list), str, bytes.
 # ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class _Attrs:
     KIND: ClassVar[OpKind]
+    SPEC: ClassVar[tuple]
     _IN: ClassVar[tuple[str, ...]]
     _OUT: ClassVar[tuple[str, ...]]
+
+    def __post_init__(self):
+        for _, name, typ in self.SPEC:
+            if typ == "f32?":
+                object.__setattr__(self, name, f32(getattr(self, name)))
 
     def inputs(self) -> tuple[int, ...]:
         return tuple(u for u in (getattr(self, f) for f in self._IN) if u != ABSENT)
@@ -78,10 +141,38 @@ class _Attrs:
     def outputs(self) -> tuple[int, ...]:
         return tuple(u for u in (getattr(self, f) for f in self._OUT) if u != ABSENT)
 
+    def unsupported(self) -> str | None:
+        """Why this project cannot run the node as written (a field it does not honour), or None."""
+        return None
+
+    def _set(self, *names) -> list[str]:
+        """Those of ``names`` whose value is not the schema's default."""
+        out = []
+        for n in names:
+            v = getattr(self, n)
+            f = next(f for f in dataclasses.fields(self) if f.name == n)
+            d = f.default
+            if isinstance(v, float) and isinstance(d, float) and math.isnan(v) and math.isnan(d):
+                continue
+            if v != d:
+                out.append(n)
+        return out
+
 
 @dataclass(frozen=True)
 class PointwiseAttrs(_Attrs):
+    """ReLU: ``y = min(x, relu_upper_clip)`` for ``x >= relu_lower_clip``, else
+    ``relu_lower_clip + relu_lower_clip_slope * (x - relu_lower_clip)`` (defaults 0, +inf, 0).
+    GEN_INDEX: the index along ``axis`` of each element of in_0's shape."""
+
     KIND: ClassVar[OpKind] = OpKind.POINTWISE
+    SPEC: ClassVar = (("operation", "operation", "u8"), ("relu_lower_clip", "relu_lower_clip", "f32?"),
+                      ("relu_upper_clip", "relu_upper_clip", "f32?"),
+                      ("relu_lower_clip_slope", "relu_lower_clip_slope", "f32?"),
+                      ("axis_tensor_uid", "axis", "i64?"), ("in_0_tensor_uid", "in_0_uid", "uid"),
+                      ("in_1_tensor_uid", "in_1_uid", "uid?"), ("in_2_tensor_uid", "in_2_uid", "uid?"),
+                      ("out_0_tensor_uid", "out_0_uid", "uid"), ("swish_beta", "swish_beta", "f32?"),
+                      ("elu_alpha", "elu_alpha", "f32?"), ("softplus_beta", "softplus_beta", "f32?"))
     _IN: ClassVar = ("in_0_uid", "in_1_uid", "in_2_uid")
     _OUT: ClassVar = ("out_0_uid",)
     operation: int
@@ -89,19 +180,28 @@ class PointwiseAttrs(_Attrs):
     out_0_uid: int
     in_1_uid: int = ABSENT
     in_2_uid: int = ABSENT
-    alpha: float = math.nan
-    beta: float = math.nan
-    threshold: float = math.nan
+    relu_lower_clip: float = math.nan
+    relu_upper_clip: float = math.nan
+    relu_lower_clip_slope: float = math.nan
+    axis: int | None = None
+    swish_beta: float = math.nan
+    elu_alpha: float = math.nan
+    softplus_beta: float = math.nan
 
 
 @dataclass(frozen=True)
 class MatmulAttrs(_Attrs):
     KIND: ClassVar[OpKind] = OpKind.MATMUL
+    SPEC: ClassVar = (("a_tensor_uid", "a_uid", "uid"), ("b_tensor_uid", "b_uid", "uid"),
+                      ("c_tensor_uid", "c_uid", "uid"))
     _IN: ClassVar = ("a_uid", "b_uid")
     _OUT: ClassVar = ("c_uid",)
     a_uid: int
     b_uid: int
     c_uid: int
+
+
+CONV_MODE_UNSET, CONV_MODE_CONVOLUTION, CONV_MODE_CROSS_CORRELATION = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -113,11 +213,25 @@ class _ConvAttrs(_Attrs):
     post_padding: tuple[int, ...]
     stride: tuple[int, ...]
     dilation: tuple[int, ...]
+    conv_mode: int = CONV_MODE_CROSS_CORRELATION
+
+    def unsupported(self):
+        if self.conv_mode == CONV_MODE_CONVOLUTION:
+            return ("conv_mode CONVOLUTION (a flipped filter) is not supported; this engine computes "
+                    "CROSS_CORRELATION, what deep-learning frameworks call convolution")
+        return None
+
+
+def _conv_spec(x: str, w: str, y: str) -> tuple:
+    return ((x[0], x[1], "uid"), (w[0], w[1], "uid"), (y[0], y[1], "uid"),
+            ("pre_padding", "pre_padding", "v64"), ("post_padding", "post_padding", "v64"),
+            ("stride", "stride", "v64"), ("dilation", "dilation", "v64"), ("conv_mode", "conv_mode", "u8"))
 
 
 @dataclass(frozen=True)
 class ConvFpropAttrs(_ConvAttrs):
     KIND: ClassVar[OpKind] = OpKind.CONV_FPROP
+    SPEC: ClassVar = _conv_spec(("x_tensor_uid", "x_uid"), ("w_tensor_uid", "w_uid"), ("y_tensor_uid", "y_uid"))
     _IN: ClassVar = ("x_uid", "w_uid")
     _OUT: ClassVar = ("y_uid",)
 
@@ -127,6 +241,7 @@ class ConvDgradAttrs(_ConvAttrs):
     """``y_uid`` is dy (input), ``x_uid`` is dx (output)."""
 
     KIND: ClassVar[OpKind] = OpKind.CONV_DGRAD
+    SPEC: ClassVar = _conv_spec(("dy_tensor_uid", "y_uid"), ("w_tensor_uid", "w_uid"), ("dx_tensor_uid", "x_uid"))
     _IN: ClassVar = ("y_uid", "w_uid")
     _OUT: ClassVar = ("x_uid",)
 
@@ -136,23 +251,33 @@ class ConvWgradAttrs(_ConvAttrs):
     """``y_uid`` is dy and ``x_uid`` is x (inputs), ``w_uid`` is dw (output)."""
 
     KIND: ClassVar[OpKind] = OpKind.CONV_WGRAD
+    SPEC: ClassVar = _conv_spec(("x_tensor_uid", "x_uid"), ("dy_tensor_uid", "y_uid"), ("dw_tensor_uid", "w_uid"))
     _IN: ClassVar = ("y_uid", "x_uid")
     _OUT: ClassVar = ("w_uid",)
 
 
 @dataclass(frozen=True)
 class ReductionAttrs(_Attrs):
+    """``is_deterministic``: honoured trivially (every reduction here is deterministic)."""
+
     KIND: ClassVar[OpKind] = OpKind.REDUCTION
+    SPEC: ClassVar = (("mode", "mode", "u8"), ("in_tensor_uid", "x_uid", "uid"), ("out_tensor_uid", "y_uid", "uid"),
+                      ("is_deterministic", "is_deterministic", "bool"))
     _IN: ClassVar = ("x_uid",)
     _OUT: ClassVar = ("y_uid",)
     mode: int
     x_uid: int
     y_uid: int
+    is_deterministic: bool = False
 
 
 @dataclass(frozen=True)
 class BatchnormInferenceAttrs(_Attrs):
     KIND: ClassVar[OpKind] = OpKind.BATCHNORM_INFERENCE
+    SPEC: ClassVar = (("x_tensor_uid", "x_uid", "uid"), ("mean_tensor_uid", "mean_uid", "uid"),
+                      ("inv_variance_tensor_uid", "inv_variance_uid", "uid"),
+                      ("scale_tensor_uid", "scale_uid", "uid"), ("bias_tensor_uid", "bias_uid", "uid"),
+                      ("y_tensor_uid", "y_uid", "uid"))
     _IN: ClassVar = ("x_uid", "mean_uid", "inv_variance_uid", "scale_uid", "bias_uid")
     _OUT: ClassVar = ("y_uid",)
     x_uid: int
@@ -165,7 +290,15 @@ class BatchnormInferenceAttrs(_Attrs):
 
 @dataclass(frozen=True)
 class LayernormAttrs(_Attrs):
+    """Normalizes over the last ``normalized_dim_count`` axes; 0 (absent, as in graphs
+    written before hipDNN had the field) means every axis after the batch axis."""
+
     KIND: ClassVar[OpKind] = OpKind.LAYERNORM
+    SPEC: ClassVar = (("x_tensor_uid", "x_uid", "uid"), ("scale_tensor_uid", "scale_uid", "uid"),
+                      ("bias_tensor_uid", "bias_uid", "uid"), ("epsilon_tensor_uid", "epsilon_uid", "uid"),
+                      ("y_tensor_uid", "y_uid", "uid"), ("normalized_dim_count", "normalized_dim_count", "i64"),
+                      ("mean_tensor_uid", "mean_uid", "uid?"),
+                      ("inv_variance_tensor_uid", "inv_variance_uid", "uid?"), ("forward_phase", "phase", "u8"))
     _IN: ClassVar = ("x_uid", "scale_uid", "bias_uid", "epsilon_uid")
     _OUT: ClassVar = ("y_uid", "mean_uid", "inv_variance_uid")
     phase: int
@@ -176,24 +309,70 @@ class LayernormAttrs(_Attrs):
     y_uid: int
     mean_uid: int = ABSENT
     inv_variance_uid: int = ABSENT
+    normalized_dim_count: int = 0
 
 
 @dataclass(frozen=True)
 class RmsnormAttrs(_Attrs):
+    """``y = x / rms(x) * scale (+ bias)``; TRAINING also outputs ``inv_rms`` ([N, 1, ...])."""
+
     KIND: ClassVar[OpKind] = OpKind.RMSNORM
-    _IN: ClassVar = ("x_uid", "scale_uid", "epsilon_uid")
-    _OUT: ClassVar = ("y_uid",)
+    SPEC: ClassVar = (("x_tensor_uid", "x_uid", "uid"), ("scale_tensor_uid", "scale_uid", "uid"),
+                      ("epsilon_tensor_uid", "epsilon_uid", "uid"), ("y_tensor_uid", "y_uid", "uid"),
+                      ("bias_tensor_uid", "bias_uid", "uid?"), ("inv_rms_tensor_uid", "inv_rms_uid", "uid?"),
+                      ("forward_phase", "phase", "u8"))
+    _IN: ClassVar = ("x_uid", "scale_uid", "epsilon_uid", "bias_uid")
+    _OUT: ClassVar = ("y_uid", "inv_rms_uid")
     x_uid: int
     scale_uid: int
     epsilon_uid: int
     y_uid: int
+    bias_uid: int = ABSENT
+    inv_rms_uid: int = ABSENT
+    phase: int = 0
+
+
+_SDPA_UNHONOURED = ("scale_uid", "seq_len_q_uid", "seq_len_kv_uid", "seed_uid", "offset_uid", "dropout_mask_uid",
+                    "dropout_scale_uid", "page_table_k_uid", "page_table_v_uid", "block_mask_uid", "sink_token_uid",
+                    "descale_q_uid", "descale_k_uid", "descale_v_uid", "descale_s_uid", "scale_s_uid",
+                    "scale_o_uid", "stats_uid", "max_uid", "sum_exp_uid", "rng_dump_uid", "amax_s_uid",
+                    "amax_o_uid", "alibi_mask", "padding_mask", "causal_mask_bottom_right", "dropout_probability",
+                    "left_bound", "max_seq_len_kv", "mma_core_mode")
 
 
 @dataclass(frozen=True)
 class SdpaAttrs(_Attrs):
+    """``is_causal`` is hipDNN's ``causal_mask`` (top-left aligned); a graph that says causal
+    the newer way (``right_bound = 0``, TOP_LEFT alignment, no left bound) decodes to the same."""
+
     KIND: ClassVar[OpKind] = OpKind.SDPA
-    _IN: ClassVar = ("q_uid", "k_uid", "v_uid", "mask_uid")
-    _OUT: ClassVar = ("o_uid",)
+    SPEC: ClassVar = (
+        ("q_tensor_uid", "q_uid", "uid"), ("k_tensor_uid", "k_uid", "uid"), ("v_tensor_uid", "v_uid", "uid"),
+        ("o_tensor_uid", "o_uid", "uid"), ("attn_mask_tensor_uid", "mask_uid", "uid?"),
+        ("scale_tensor_uid", "scale_uid", "uid?"), ("seq_len_q_tensor_uid", "seq_len_q_uid", "uid?"),
+        ("seq_len_kv_tensor_uid", "seq_len_kv_uid", "uid?"), ("seed_tensor_uid", "seed_uid", "uid?"),
+        ("offset_tensor_uid", "offset_uid", "uid?"), ("dropout_mask_tensor_uid", "dropout_mask_uid", "uid?"),
+        ("dropout_scale_tensor_uid", "dropout_scale_uid", "uid?"),
+        ("page_table_k_tensor_uid", "page_table_k_uid", "uid?"),
+        ("page_table_v_tensor_uid", "page_table_v_uid", "uid?"), ("block_mask_tensor_uid", "block_mask_uid", "uid?"),
+        ("sink_token_tensor_uid", "sink_token_uid", "uid?"), ("descale_q_tensor_uid", "descale_q_uid", "uid?"),
+        ("descale_k_tensor_uid", "descale_k_uid", "uid?"), ("descale_v_tensor_uid", "descale_v_uid", "uid?"),
+        ("descale_s_tensor_uid", "descale_s_uid", "uid?"), ("scale_s_tensor_uid", "scale_s_uid", "uid?"),
+        ("scale_o_tensor_uid", "scale_o_uid", "uid?"), ("stats_tensor_uid", "stats_uid", "uid?"),
+        ("max_tensor_uid", "max_uid", "uid?"), ("sum_exp_tensor_uid", "sum_exp_uid", "uid?"),
+        ("rng_dump_tensor_uid", "rng_dump_uid", "uid?"), ("amax_s_tensor_uid", "amax_s_uid", "uid?"),
+        ("amax_o_tensor_uid", "amax_o_uid", "uid?"), ("generate_stats", "generate_stats", "bool?"),
+        ("alibi_mask", "alibi_mask", "bool"), ("padding_mask", "padding_mask", "bool"),
+        ("causal_mask", "is_causal", "bool"), ("causal_mask_bottom_right", "causal_mask_bottom_right", "bool"),
+        ("dropout_probability", "dropout_probability", "f32?"), ("attn_scale_value", "attn_scale", "f32?"),
+        ("left_bound", "left_bound", "i64?"), ("right_bound", "right_bound", "i64?"),
+        ("max_seq_len_kv", "max_seq_len_kv", "i32?"), ("diagonal_alignment", "diagonal_alignment", "u8"),
+        ("mma_core_mode", "mma_core_mode", "u8"), ("implementation", "implementation", "u8"))
+    _IN: ClassVar = ("q_uid", "k_uid", "v_uid", "mask_uid", "scale_uid", "seq_len_q_uid", "seq_len_kv_uid",
+                     "seed_uid", "offset_uid", "dropout_mask_uid", "dropout_scale_uid", "page_table_k_uid",
+                     "page_table_v_uid", "block_mask_uid", "sink_token_uid", "descale_q_uid", "descale_k_uid",
+                     "descale_v_uid", "descale_s_uid", "scale_s_uid", "scale_o_uid")
+    _OUT: ClassVar = ("o_uid", "stats_uid", "max_uid", "sum_exp_uid", "rng_dump_uid", "amax_s_uid", "amax_o_uid")
     q_uid: int
     k_uid: int
     v_uid: int
@@ -201,28 +380,148 @@ class SdpaAttrs(_Attrs):
     mask_uid: int = ABSENT
     attn_scale: float = math.nan
     is_causal: bool = False
+    scale_uid: int = ABSENT
+    seq_len_q_uid: int = ABSENT
+    seq_len_kv_uid: int = ABSENT
+    seed_uid: int = ABSENT
+    offset_uid: int = ABSENT
+    dropout_mask_uid: int = ABSENT
+    dropout_scale_uid: int = ABSENT
+    page_table_k_uid: int = ABSENT
+    page_table_v_uid: int = ABSENT
+    block_mask_uid: int = ABSENT
+    sink_token_uid: int = ABSENT
+    descale_q_uid: int = ABSENT
+    descale_k_uid: int = ABSENT
+    descale_v_uid: int = ABSENT
+    descale_s_uid: int = ABSENT
+    scale_s_uid: int = ABSENT
+    scale_o_uid: int = ABSENT
+    stats_uid: int = ABSENT
+    max_uid: int = ABSENT
+    sum_exp_uid: int = ABSENT
+    rng_dump_uid: int = ABSENT
+    amax_s_uid: int = ABSENT
+    amax_o_uid: int = ABSENT
+    generate_stats: bool | None = None
+    alibi_mask: bool = False
+    padding_mask: bool = False
+    causal_mask_bottom_right: bool = False
+    dropout_probability: float = math.nan
+    left_bound: int | None = None
+    right_bound: int | None = None
+    max_seq_len_kv: int | None = None
+    diagonal_alignment: int = 0
+    mma_core_mode: int = 0
+    implementation: int = 0
 
+    def unsupported(self):
+        bad = self._set(*_SDPA_UNHONOURED)
+        if self.generate_stats:
+            bad.append("generate_stats")
+        if self.right_bound is not None and (self.right_bound != 0 or self.diagonal_alignment != 0):
+            bad.append("right_bound" if self.right_bound != 0 else "diagonal_alignment")
+        if self.is_causal and self.diagonal_alignment != 0:
+            bad.append("diagonal_alignment")
+        if not bad:
+            return None
+        return (f"sdpa fields {sorted(set(bad))} are not supported (this engine does q/k/v/o, an optional "
+                "attn_mask, attn_scale_value and top-left causal masking)")
+
+
+def _generic(kind: OpKind, spec: tuple, outs: tuple[str, ...]) -> type[_Attrs]:
+    """An attributes class for a node type this project parses but does not lower."""
+    defaults = {"uid": 0, "uid?": ABSENT, "i64": 0, "i32": 0, "i64?": None, "i32?": None, "f32?": math.nan,
+                "bool": False, "bool?": None, "u8": 0, "v64": (), "v32": (), "vuid": (), "str": "", "bytes": b""}
+    types = {"uid": int, "uid?": int, "i64": int, "i32": int, "i64?": "int | None", "i32?": "int | None",
+             "f32?": float, "bool": bool, "bool?": "bool | None", "u8": int, "v64": "tuple[int, ...]",
+             "v32": "tuple[int, ...]", "vuid": "tuple[int, ...]", "str": str, "bytes": bytes}
+    fields = [(name, types[t]) for _, name, t in spec if t == "uid"]     # required tensors: no default
+    fields += [(name, types[t], field(default=defaults[t])) for _, name, t in spec if t != "uid"]
+    uids = [name for _, name, t in spec if t in ("uid", "uid?")]
+    cls = dataclasses.make_dataclass(
+        "".join(p.capitalize() for p in kind.name.split("_")) + "Attrs", fields, bases=(_Attrs,), frozen=True,
+        namespace={"KIND": kind, "SPEC": spec, "_IN": tuple(u for u in uids if u not in outs), "_OUT": outs,
+                   "__module__": __name__})
+    cls.__annotations__.update({"KIND": ClassVar[OpKind], "SPEC": ClassVar, "_IN": ClassVar, "_OUT": ClassVar})
+    return cls
+
+
+def _uid_spec(*names: str, opt=()) -> list:
+    return [(f"{n}_tensor_uid", f"{n}_uid", "uid?" if n in opt else "uid") for n in names]
+
+
+_GENERIC_SPECS = {
+    OpKind.BATCHNORM_BACKWARD: (
+        (*_uid_spec("dy", "x", "mean", "inv_variance", "scale", opt=("mean", "inv_variance")),
+         ("peer_stats_tensor_uid", "peer_stats_uids", "vuid"), *_uid_spec("dx", "dscale", "dbias")),
+        ("dx_uid", "dscale_uid", "dbias_uid")),
+    OpKind.BATCHNORM: (
+        (*_uid_spec("x", "scale", "bias", "epsilon"), ("peer_stats_tensor_uid", "peer_stats_uids", "vuid"),
+         *_uid_spec("prev_running_mean", "prev_running_variance", "momentum", "y", "mean", "inv_variance",
+                    "next_running_mean", "next_running_variance",
+                    opt=("prev_running_mean", "prev_running_variance", "momentum", "mean", "inv_variance",
+                         "next_running_mean", "next_running_variance"))),
+        ("y_uid", "mean_uid", "inv_variance_uid", "next_running_mean_uid", "next_running_variance_uid")),
+    OpKind.BATCHNORM_INFERENCE_VARIANCE_EXT: (
+        tuple(_uid_spec("x", "mean", "variance", "scale", "bias", "y", "epsilon")), ("y_uid",)),
+    OpKind.BLOCK_SCALE_DEQUANTIZE: (
+        (*_uid_spec("x", "scale", "y"), ("block_size", "block_size", "v32"),
+         ("is_negative_scale", "is_negative_scale", "bool")), ("y_uid",)),
+    OpKind.BLOCK_SCALE_QUANTIZE: (
+        (*_uid_spec("x", "y", "scale"), ("block_size", "block_size", "i32"), ("axis", "axis", "i64?"),
+         ("transpose", "transpose", "bool")), ("y_uid", "scale_uid")),
+    OpKind.SDPA_BACKWARD: (
+        (*_uid_spec("q", "k", "v", "o", "do", "stats", "dq", "dk", "dv"),
+         *_uid_spec("scale", "attn_mask", "seq_len_q", "seq_len_kv", "seed", "offset", "dropout_mask",
+                    "dropout_scale", "dropout_scale_inv", "dbias",
+                    opt=("scale", "attn_mask", "seq_len_q", "seq_len_kv", "seed", "offset", "dropout_mask",
+                         "dropout_scale", "dropout_scale_inv", "dbias")),
+         ("alibi_mask", "alibi_mask", "bool"), ("padding_mask", "padding_mask", "bool"),
+         ("causal_mask", "causal_mask", "bool"), ("causal_mask_bottom_right", "causal_mask_bottom_right", "bool"),
+         ("dropout_probability", "dropout_probability", "f32?"), ("attn_scale_value", "attn_scale_value", "f32?"),
+         ("left_bound", "left_bound", "i64?"), ("right_bound", "right_bound", "i64?"),
+         ("diagonal_alignment", "diagonal_alignment", "u8")),
+        ("dq_uid", "dk_uid", "dv_uid", "dbias_uid")),
+    OpKind.CUSTOM_OP: (
+        (("custom_op_id", "custom_op_id", "str"), ("input_tensor_uids", "input_uids", "vuid"),
+         ("output_tensor_uids", "output_uids", "vuid"), ("data", "data", "bytes")), ()),
+    OpKind.RMSNORM_BACKWARD: (
+        tuple(_uid_spec("dy", "x", "scale", "inv_rms", "dx", "dscale", "dbias", opt=("dbias",))),
+        ("dx_uid", "dscale_uid", "dbias_uid")),
+    OpKind.RESAMPLE_FWD: (
+        (*_uid_spec("x", "y", "index", opt=("index",)), ("pre_padding", "pre_padding", "v64"),
+         ("post_padding", "post_padding", "v64"), ("stride", "stride", "v64"), ("window", "window", "v64"),
+         ("resample_mode", "resample_mode", "u8"), ("padding_mode", "padding_mode", "u8"),
+         ("generate_index", "generate_index", "bool?")), ("y_uid", "index_uid")),
+    OpKind.LAYERNORM_BACKWARD: (
+        (*_uid_spec("dy", "x", "scale", "mean", "inv_variance", "epsilon", "dx", "dscale", "dbias",
+                    opt=("mean", "inv_variance", "epsilon")),
+         ("normalized_dim_count", "normalized_dim_count", "i64")), ("dx_uid", "dscale_uid", "dbias_uid")),
+    OpKind.RESAMPLE_BWD: (
+        (*_uid_spec("dy", "dx", "index", opt=("index",)), ("pre_padding", "pre_padding", "v64"),
+         ("post_padding", "post_padding", "v64"), ("stride", "stride", "v64"), ("window", "window", "v64"),
+         ("resample_mode", "resample_mode", "u8"), ("padding_mode", "padding_mode", "u8")), ("dx_uid",)),
+    OpKind.MOE_GROUPED_MATMUL: (
+        (*_uid_spec("token", "weight", "first_token_offset", "token_index", "token_ks", "output",
+                    opt=("token_index", "token_ks")),
+         ("mode", "mode", "u8"), ("top_k", "top_k", "i32")), ("output_uid",)),
+    OpKind.MOE_GROUPED_MATMUL_BWD: (
+        tuple(_uid_spec("doutput", "token", "first_token_offset", "dweight")), ("dweight_uid",)),
+}
+
+LOWERED_KINDS = (OpKind.POINTWISE, OpKind.MATMUL, OpKind.CONV_FPROP, OpKind.CONV_DGRAD, OpKind.CONV_WGRAD,
+                 OpKind.REDUCTION, OpKind.BATCHNORM_INFERENCE, OpKind.LAYERNORM, OpKind.RMSNORM, OpKind.SDPA)
 
 ATTRS_BY_KIND: dict[OpKind, type[_Attrs]] = {
     cls.KIND: cls
     for cls in (PointwiseAttrs, MatmulAttrs, ConvFpropAttrs, ConvDgradAttrs, ConvWgradAttrs,
                 ReductionAttrs, BatchnormInferenceAttrs, LayernormAttrs, RmsnormAttrs, SdpaAttrs)
 }
-
-# Schema table holding each kind's attributes (conv kinds wrap ConvolutionAttributes).
-_TABLE_BY_KIND = {
-    OpKind.POINTWISE: "PointwiseAttributes",
-    OpKind.MATMUL: "MatmulAttributes",
-    OpKind.CONV_FPROP: "ConvolutionFwdAttributes",
-    OpKind.CONV_DGRAD: "ConvolutionBwdDataAttributes",
-    OpKind.CONV_WGRAD: "ConvolutionBwdFilterAttributes",
-    OpKind.REDUCTION: "ReductionAttributes",
-    OpKind.BATCHNORM_INFERENCE: "BatchnormInferenceAttributes",
-    OpKind.LAYERNORM: "LayernormAttributes",
-    OpKind.RMSNORM: "RmsnormAttributes",
-    OpKind.SDPA: "SdpaAttributes",
-}
-_CONV_KINDS = (OpKind.CONV_FPROP, OpKind.CONV_DGRAD, OpKind.CONV_WGRAD)
+for _kind, (_spec, _outs) in _GENERIC_SPECS.items():
+    ATTRS_BY_KIND[_kind] = _generic(_kind, _spec, _outs)
+    globals()[ATTRS_BY_KIND[_kind].__name__] = ATTRS_BY_KIND[_kind]
+assert set(ATTRS_BY_KIND) == set(OpKind), set(OpKind) - set(ATTRS_BY_KIND)
 
 
 @dataclass(frozen=True)
@@ -244,6 +543,10 @@ class GraphDesc:
     compute_data_type: int
     tensors: tuple[TensorDesc, ...]
     nodes: tuple[NodeDesc, ...]
+    preferred_engine_id: int | None = None
+    is_override_shape_enabled: bool = False
+    min_required_engine_api_version: tuple[int, int, int] | None = None
+    id: bytes | None = None
     _by_uid: dict = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
@@ -264,6 +567,33 @@ class GraphDesc:
         return {u for n in self.nodes for u in n.attrs.outputs()}
 
 
+def unsupported_reason(graph: GraphDesc, lowered=LOWERED_KINDS) -> str | None:
+    """Why this project cannot run ``graph`` (node types it does not lower, fields it does not
+    honour, data types it has no element type for), naming each; None when it can try."""
+    from lowering._dtypes import SUPPORTED_DATA_TYPES, data_type_name
+    why = []
+    for n in graph.nodes:
+        if n.kind not in lowered:
+            why.append(f"node '{n.name}': hipDNN node type {TABLE_NAMES[int(n.kind)]} ({n.kind.name}) is not "
+                       "lowered by this project")
+            continue
+        r = n.attrs.unsupported()
+        if r:
+            why.append(f"node '{n.name}' ({n.kind.name}): {r}")
+    for t in graph.tensors:
+        if t.data_type not in SUPPORTED_DATA_TYPES:
+            why.append(f"tensor '{t.name}' (uid {t.uid}): data type {data_type_name(t.data_type)} is not supported")
+        if t.is_runtime_pass_by_value:
+            why.append(f"tensor '{t.name}' (uid {t.uid}): is_runtime_pass_by_value is not supported (scalars are "
+                       "constants baked into the plan)")
+        if t.ragged_offset_tensor_uid is not None:
+            why.append(f"tensor '{t.name}' (uid {t.uid}): ragged tensors (ragged_offset_tensor_uid) are not "
+                       "supported")
+    if graph.is_override_shape_enabled:
+        why.append("is_override_shape_enabled: execute-time shape overrides are not supported")
+    return "; ".join(why) if why else None
+
+
 # ---------------------------------------------------------------------------
 # Codec
 # ---------------------------------------------------------------------------
@@ -273,53 +603,98 @@ def _camel(name: str) -> str:
     return "".join(p[:1].upper() + p[1:] for p in name.split("_"))
 
 
-def _attr_fields(cls) -> list[dataclasses.Field]:
-    return [f for f in dataclasses.fields(cls)]
-
-
-def _add_vector(b: flatbuffers.Builder, values) -> int:
-    b.StartVector(8, len(values), 8)
+def _add_vector(b: flatbuffers.Builder, values, size: int = 8) -> int:
+    b.StartVector(size, len(values), size)
     for v in reversed(values):
-        b.PrependInt64(int(v))
+        (b.PrependInt64 if size == 8 else b.PrependInt32)(int(v))
     return b.EndVector()
 
 
-def _encode_fields(b: flatbuffers.Builder, table: str, obj, names: list[str]) -> int:
-    vectors = {n: _add_vector(b, getattr(obj, n)) for n in names if isinstance(getattr(obj, n), tuple)}
+# Union member index -> (struct format, alignment) of hipDNN's TensorValue structs.
+_TV = G.TensorValue
+_VALUE_STRUCTS = {_TV.Float32Value: ("<f", 4), _TV.Float16Value: ("<f", 4), _TV.BFloat16Value: ("<f", 4),
+                  _TV.Float8Value: ("<B", 1), _TV.Int32Value: ("<i", 4), _TV.Float64Value: ("<d", 8),
+                  _TV.Int64Value: ("<q", 8), _TV.BoolValue: ("<?", 1)}
+
+
+def _value_member(data_type: int, value: float) -> int:
+    from lowering._dtypes import D
+    return {D.FLOAT: _TV.Float32Value, D.HALF: _TV.Float16Value, D.BFLOAT16: _TV.BFloat16Value,
+            D.DOUBLE: _TV.Float64Value, D.INT64: _TV.Int64Value, D.BOOLEAN: _TV.BoolValue,
+            D.INT32: _TV.Int32Value, D.INT8: _TV.Int32Value, D.UINT8: _TV.Int32Value,
+            D.INT4: _TV.Int32Value}.get(data_type, _TV.Float64Value)
+
+
+def _add_value(b: flatbuffers.Builder, member: int, value: float) -> int:
+    """Writes one TensorValue struct (out of line, as unions hold them) and returns its offset."""
+    fmt, align = _VALUE_STRUCTS[member]
+    if fmt == "<?":
+        v = bool(value)
+    elif fmt in ("<i", "<q", "<B"):
+        v = int(value) if math.isfinite(value) else 0
+    else:
+        v = float(value)
+    b.Prep(align, 0)
+    {"<f": b.PrependFloat32, "<d": b.PrependFloat64, "<i": b.PrependInt32, "<q": b.PrependInt64,
+     "<B": b.PrependUint8, "<?": b.PrependBool}[fmt](v)
+    return b.Offset()
+
+
+def _encode_attrs(b: flatbuffers.Builder, attrs: _Attrs) -> int:
+    table = TABLE_NAMES[int(attrs.KIND)]
+    pre = {}
+    for fname, name, typ in attrs.SPEC:
+        v = getattr(attrs, name)
+        if typ in ("v64", "vuid"):
+            pre[name] = _add_vector(b, v, 8)
+        elif typ == "v32":
+            pre[name] = _add_vector(b, v, 4)
+        elif typ == "str":
+            pre[name] = b.CreateString(v)
+        elif typ == "bytes":
+            pre[name] = b.CreateByteVector(bytes(v))
     getattr(G, f"{table}Start")(b)
-    for n in names:
-        getattr(G, f"{table}Add{_camel(n)}")(b, vectors.get(n, getattr(obj, n)))
+    for fname, name, typ in attrs.SPEC:
+        v = getattr(attrs, name)
+        if name in pre:
+            v = pre[name]
+        elif typ == "uid?" and v == ABSENT or typ.endswith("?") and (v is None or (isinstance(v, float)
+                                                                                   and math.isnan(v))):
+            continue
+        getattr(G, f"{table}Add{_camel(fname)}")(b, v)
     return getattr(G, f"{table}End")(b)
 
 
 def encode_graph(graph: GraphDesc) -> bytes:
-    """Serializes ``graph`` to ``schemas/graph.fbs`` bytes (deterministic)."""
+    """Serializes ``graph`` to hipDNN graph FlatBuffer bytes (deterministic)."""
     b = flatbuffers.Builder(1024)
     tensor_offsets = []
     for t in graph.tensors:
         name = b.CreateString(t.name)
-        dims, strides = _add_vector(b, t.dims), _add_vector(b, t.strides)
+        strides, dims = _add_vector(b, t.strides), _add_vector(b, t.dims)
+        member = value = None
+        if t.is_scalar:
+            member = _value_member(t.data_type, t.scalar_value)
+            value = _add_value(b, member, t.scalar_value)
         G.TensorAttributesStart(b)
         G.TensorAttributesAddUid(b, t.uid)
         G.TensorAttributesAddName(b, name)
         G.TensorAttributesAddDataType(b, t.data_type)
-        G.TensorAttributesAddDims(b, dims)
         G.TensorAttributesAddStrides(b, strides)
-        G.TensorAttributesAddIsVirtual(b, t.is_virtual)
-        G.TensorAttributesAddIsScalar(b, t.is_scalar)
-        G.TensorAttributesAddScalarValue(b, t.scalar_value)
+        G.TensorAttributesAddDims(b, dims)
+        G.TensorAttributesAddVirtual(b, t.is_virtual)
+        if member is not None:
+            G.TensorAttributesAddValueType(b, member)
+            G.TensorAttributesAddValue(b, value)
+        G.TensorAttributesAddIsRuntimePassByValue(b, t.is_runtime_pass_by_value)
+        if t.ragged_offset_tensor_uid is not None:
+            G.TensorAttributesAddRaggedOffsetTensorUid(b, t.ragged_offset_tensor_uid)
+        G.TensorAttributesAddAlignment(b, t.alignment)
+        G.TensorAttributesAddRaggedOffsetMultiplier(b, t.ragged_offset_multiplier)
         tensor_offsets.append(G.TensorAttributesEnd(b))
     node_offsets = []
     for n in graph.nodes:
-        names = [f.name for f in _attr_fields(type(n.attrs))]
-        table = _TABLE_BY_KIND[n.kind]
-        if n.kind in _CONV_KINDS:
-            inner = _encode_fields(b, "ConvolutionAttributes", n.attrs, names)
-            getattr(G, f"{table}Start")(b)
-            getattr(G, f"{table}AddConv")(b, inner)
-            attrs = getattr(G, f"{table}End")(b)
-        else:
-            attrs = _encode_fields(b, table, n.attrs, names)
+        attrs = _encode_attrs(b, n.attrs)
         name = b.CreateString(n.name)
         G.NodeStart(b)
         G.NodeAddName(b, name)
@@ -338,66 +713,203 @@ def encode_graph(graph: GraphDesc) -> bytes:
     name = b.CreateString(graph.name)
     G.GraphStart(b)
     G.GraphAddName(b, name)
-    G.GraphAddIoDataType(b, graph.io_data_type)
-    G.GraphAddIntermediateDataType(b, graph.intermediate_data_type)
     G.GraphAddComputeDataType(b, graph.compute_data_type)
+    G.GraphAddIntermediateDataType(b, graph.intermediate_data_type)
+    G.GraphAddIoDataType(b, graph.io_data_type)
     G.GraphAddTensors(b, tensors)
     G.GraphAddNodes(b, nodes)
-    b.Finish(G.GraphEnd(b))
+    if graph.preferred_engine_id is not None:
+        G.GraphAddPreferredEngineId(b, graph.preferred_engine_id)
+    G.GraphAddIsOverrideShapeEnabled(b, graph.is_override_shape_enabled)
+    if graph.min_required_engine_api_version is not None:
+        G.GraphAddMinRequiredEngineApiVersion(b, G.CreateEngineApiVersion(b, *graph.min_required_engine_api_version))
+    if graph.id is not None:
+        G.GraphAddId(b, G.CreateUuid(b, list(graph.id)))
+    b.Finish(G.GraphEnd(b), file_identifier=FILE_IDENTIFIER)
     return bytes(b.Output())
 
 
-def _read_vector(table, name: str) -> tuple[int, ...]:
-    n = getattr(table, f"{_camel(name)}Length")()
-    get = getattr(table, _camel(name))
-    return tuple(int(get(j)) for j in range(n))
+def is_project_graph(data) -> bool:
+    """Whether ``data`` was written by this project's encoder (schema of hipdnn-iree >= 0.3)."""
+    return isinstance(data, (bytes, bytearray, memoryview)) and len(data) >= 8 and bytes(data[4:8]) == FILE_IDENTIFIER
 
 
-def _decode_fields(table, cls) -> dict:
-    out = {}
-    for f in _attr_fields(cls):
-        if f.type in ("tuple[int, ...]",):
-            out[f.name] = _read_vector(table, f.name)
-        else:
-            out[f.name] = getattr(table, _camel(f.name))()
-    return out
+# -- decode -------------------------------------------------------------------------------
+from lowering._fbverify import SCALAR, VECTOR, FlatBufferError, check_table, table_vector  # noqa: E402
+
+_KIND = {"uid": (SCALAR, 8), "uid?": (SCALAR, 8), "i64": (SCALAR, 8), "i64?": (SCALAR, 8), "i32": (SCALAR, 4),
+         "i32?": (SCALAR, 4), "f32?": (SCALAR, 4), "bool": (SCALAR, 1), "bool?": (SCALAR, 1), "u8": (SCALAR, 1),
+         "v64": (VECTOR, 8), "vuid": (VECTOR, 8), "v32": (VECTOR, 4), "str": (VECTOR, 1), "bytes": (VECTOR, 1)}
+_GRAPH_FIELDS = [("name", VECTOR, 1), ("compute_data_type", SCALAR, 1), ("intermediate_data_type", SCALAR, 1),
+                 ("io_data_type", SCALAR, 1), ("tensors", VECTOR, 4), ("nodes", VECTOR, 4),
+                 ("preferred_engine_id", SCALAR, 8), ("is_override_shape_enabled", SCALAR, 1),
+                 ("min_required_engine_api_version", SCALAR, 12), ("id", SCALAR, 16)]
+_TENSOR_FIELDS = [("uid", SCALAR, 8), ("name", VECTOR, 1), ("data_type", SCALAR, 1), ("strides", VECTOR, 8),
+                  ("dims", VECTOR, 8), ("virtual", SCALAR, 1), ("value_type", SCALAR, 1), ("value", SCALAR, 4),
+                  ("is_runtime_pass_by_value", SCALAR, 1), ("ragged_offset_tensor_uid", SCALAR, 8),
+                  ("alignment", SCALAR, 8), ("ragged_offset_multiplier", SCALAR, 8)]
+_NODE_FIELDS = [("name", VECTOR, 1), ("compute_data_type", SCALAR, 1), ("attributes_type", SCALAR, 1),
+                ("attributes", SCALAR, 4)]
+_ATTR_FIELDS = {kind: [(fname, *_KIND[typ]) for fname, _, typ in cls.SPEC] for kind, cls in ATTRS_BY_KIND.items()}
 
 
 def _str(v) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else (v or "")
 
 
-def decode_graph(data: bytes) -> GraphDesc:
-    """Parses ``schemas/graph.fbs`` bytes; raises :class:`LoweringError` on bad bytes."""
-    if not isinstance(data, (bytes, bytearray, memoryview)) or len(data) < 8:
-        raise LoweringError("op graph: expected graph FlatBuffer bytes")
+def _offset_target(buf, table_pos: int, slot: int) -> int | None:
+    """Position an offset field (union value) points to, or None when absent; bounds-checked."""
+    vt = table_pos - struct.unpack_from("<i", buf, table_pos)[0]
+    if 4 + 2 * slot + 2 > struct.unpack_from("<H", buf, vt)[0]:
+        return None
+    voff = struct.unpack_from("<H", buf, vt + 4 + 2 * slot)[0]
+    if voff == 0:
+        return None
+    pos = table_pos + voff
+    target = pos + struct.unpack_from("<I", buf, pos)[0]
+    if target >= len(buf):
+        raise FlatBufferError(f"union value offset {target} is outside the {len(buf)}-byte buffer")
+    return target
+
+
+def _table(buf, pos: int, fields, what: str, limit: int) -> int:
     try:
-        g = G.Graph.GetRootAs(bytes(data), 0)
+        return check_table(buf, fields, max_vector_len=limit, table_pos=pos)
+    except FlatBufferError as e:
+        raise LoweringError(f"op graph: {what}: {e}") from None
+
+
+def _decode_attrs(buf, n, kind: OpKind, what: str) -> _Attrs:
+    cls = ATTRS_BY_KIND[kind]
+    pos = _offset_target(buf, n._tab.Pos, 3)
+    if pos is None:
+        raise LoweringError(f"op graph: {what}: the node has attributes_type {TABLE_NAMES[int(kind)]} but no "
+                            "attributes table")
+    if pos % 4:
+        raise LoweringError(f"op graph: {what}: attributes table offset {pos} is misaligned")
+    _table(buf, pos, _ATTR_FIELDS[kind], f"{what} attributes", MAX_TENSORS)
+    holder = getattr(G, TABLE_NAMES[int(kind)])()
+    holder.Init(buf, pos)
+    out = {}
+    for fname, name, typ in cls.SPEC:
+        if typ in ("v64", "vuid", "v32"):
+            n_el = getattr(holder, f"{_camel(fname)}Length")()
+            get = getattr(holder, _camel(fname))
+            out[name] = tuple(int(get(j)) for j in range(n_el))
+            continue
+        if typ == "bytes":
+            out[name] = bytes(holder.DataAsNumpy().tobytes()) if holder.DataLength() else b""
+            continue
+        v = getattr(holder, _camel(fname))()
+        if typ == "str":
+            v = _str(v)
+        elif typ == "uid?":
+            v = ABSENT if v is None else int(v)
+        elif typ == "f32?":
+            v = math.nan if v is None else float(v)
+        elif typ == "bool":
+            v = bool(v)
+        elif typ in ("i64?", "i32?", "bool?"):
+            v = None if v is None else (bool(v) if typ == "bool?" else int(v))
+        else:
+            v = int(v)
+        out[name] = v
+    if kind == OpKind.SDPA and not out["is_causal"] and out["right_bound"] == 0 and out["left_bound"] is None \
+            and out["diagonal_alignment"] == 0:
+        out["is_causal"], out["right_bound"] = True, None   # causal said the newer way: the same graph
+    try:
+        return cls(**out)
+    except (TypeError, ValueError) as e:
+        raise LoweringError(f"op graph: {what}: bad attributes ({e})") from None
+
+
+def _decode_value(buf, t, tpos: int, what: str) -> float | None:
+    member = t.ValueType()
+    if member == _TV.NONE:
+        return None
+    if member not in _VALUE_STRUCTS:
+        raise LoweringError(f"op graph: {what}: unknown TensorValue member {member}")
+    pos = _offset_target(buf, tpos, 7)
+    if pos is None:
+        raise LoweringError(f"op graph: {what}: value_type is set but the value is missing")
+    fmt, align = _VALUE_STRUCTS[member]
+    if pos % align or pos + struct.calcsize(fmt) > len(buf):
+        raise LoweringError(f"op graph: {what}: the scalar value lies outside the buffer or is misaligned")
+    v = struct.unpack_from(fmt, buf, pos)[0]
+    if fmt == "<f":   # NOTE: the shortest decimal of the float32 (1e-05, not 9.99999974737875e-06)
+        import numpy as np
+        return float(repr(np.float32(v)).removeprefix("np.float32(").removesuffix(")"))
+    return float(v)
+
+
+def decode_graph(data: bytes) -> GraphDesc:
+    """Parses hipDNN graph FlatBuffer bytes; raises :class:`LoweringError` on bad bytes.
+
+    Every table is bounds-checked before a generated accessor reads it, so truncated or
+    hostile bytes give a LoweringError naming the problem, never an IndexError or garbage.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)) or len(data) < 12:
+        raise LoweringError("op graph: expected hipDNN graph FlatBuffer bytes (at least 12)")
+    buf = bytes(data)
+    try:
+        root = _table(buf, struct.unpack_from("<I", buf, 0)[0], _GRAPH_FIELDS, "Graph", max(MAX_TENSORS, MAX_STRING))
+        g = G.Graph()
+        g.Init(buf, root)
+        if g.TensorsLength() > MAX_TENSORS or g.NodesLength() > MAX_NODES:
+            raise LoweringError(f"op graph: {g.TensorsLength()} tensors / {g.NodesLength()} nodes is over the "
+                                f"limit ({MAX_TENSORS} / {MAX_NODES})")
         tensors = []
-        for i in range(g.TensorsLength()):
-            t = g.Tensors(i)
+        try:
+            tpositions = table_vector(buf, root, 4)
+            npositions = table_vector(buf, root, 5)
+        except FlatBufferError as e:
+            raise LoweringError(f"op graph: {e}") from None
+        for i, tpos in enumerate(tpositions):
+            what = f"tensors[{i}]"
+            _table(buf, tpos, _TENSOR_FIELDS, what, MAX_STRING)
+            t = G.TensorAttributes()
+            t.Init(buf, tpos)
+            if t.DimsLength() > MAX_RANK or t.StridesLength() > MAX_RANK:
+                raise LoweringError(f"op graph: {what}: rank {max(t.DimsLength(), t.StridesLength())} is over "
+                                    f"{MAX_RANK}")
+            value = _decode_value(buf, t, tpos, what)
+            rag = t.RaggedOffsetTensorUid()
             tensors.append(TensorDesc(
-                uid=t.Uid(), name=_str(t.Name()), data_type=t.DataType(),
-                dims=_read_vector(t, "dims"), strides=_read_vector(t, "strides"),
-                is_virtual=bool(t.IsVirtual()), is_scalar=bool(t.IsScalar()),
-                scalar_value=float(t.ScalarValue())))
+                uid=int(t.Uid()), name=_str(t.Name()), data_type=int(t.DataType()),
+                dims=tuple(int(t.Dims(j)) for j in range(t.DimsLength())),
+                strides=tuple(int(t.Strides(j)) for j in range(t.StridesLength())),
+                is_virtual=bool(t.Virtual()), is_scalar=value is not None,
+                scalar_value=0.0 if value is None else value,
+                is_runtime_pass_by_value=bool(t.IsRuntimePassByValue()),
+                ragged_offset_tensor_uid=None if rag is None else int(rag), alignment=int(t.Alignment()),
+                ragged_offset_multiplier=int(t.RaggedOffsetMultiplier())))
         nodes = []
-        for i in range(g.NodesLength()):
-            n = g.Nodes(i)
-            kind = OpKind(n.AttributesType())
-            cls = ATTRS_BY_KIND[kind]
-            tab = n.Attributes()
-            holder = getattr(G, _TABLE_BY_KIND[kind])()
-            holder.Init(tab.Bytes, tab.Pos)
-            if kind in _CONV_KINDS:
-                holder = holder.Conv()
-            nodes.append(NodeDesc(name=_str(n.Name()), compute_data_type=n.ComputeDataType(),
-                                  attrs=cls(**_decode_fields(holder, cls))))
-        return GraphDesc(name=_str(g.Name()), io_data_type=g.IoDataType(),
-                         intermediate_data_type=g.IntermediateDataType(),
-                         compute_data_type=g.ComputeDataType(),
-                         tensors=tuple(tensors), nodes=tuple(nodes))
+        for i, npos in enumerate(npositions):
+            _table(buf, npos, _NODE_FIELDS, f"nodes[{i}]", MAX_STRING)
+            n = G.Node()
+            n.Init(buf, npos)
+            tag = n.AttributesType()
+            name = _str(n.Name())
+            what = f"nodes[{i}] '{name}'"
+            try:
+                kind = OpKind(tag)
+            except ValueError:
+                raise LoweringError(f"op graph: {what}: NodeAttributes type {tag} is not a hipDNN node type this "
+                                    f"schema knows (1..{len(OpKind)})", "unsupported") from None
+            nodes.append(NodeDesc(name=name, compute_data_type=int(n.ComputeDataType()),
+                                  attrs=_decode_attrs(buf, n, kind, what)))
+        ver = g.MinRequiredEngineApiVersion()
+        gid = g.Id()
+        return GraphDesc(name=_str(g.Name()), io_data_type=int(g.IoDataType()),
+                         intermediate_data_type=int(g.IntermediateDataType()),
+                         compute_data_type=int(g.ComputeDataType()),
+                         tensors=tuple(tensors), nodes=tuple(nodes),
+                         preferred_engine_id=g.PreferredEngineId(),
+                         is_override_shape_enabled=bool(g.IsOverrideShapeEnabled()),
+                         min_required_engine_api_version=None if ver is None else (ver.Major(), ver.Minor(),
+                                                                                  ver.Patch()),
+                         id=None if gid is None else bytes(gid.BytesAsNumpy().tobytes()))
     except LoweringError:
         raise
-    except Exception as e:  # NOTE: the Python flatbuffers runtime has no verifier.
+    except Exception as e:  # NOTE: a gap in the checks above; still a typed error, never a crash
         raise LoweringError(f"op graph: malformed graph FlatBuffer ({type(e).__name__}: {e})") from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -47,15 +48,31 @@ def flatc_path() -> str:
     return exe
 
 
+# NOTE: flatc's Python generator refuses structs as union members ("only tables can be union
+# elements in the generated language"), and hipDNN's TensorValue union is one of structs. For
+# Python only, those structs are declared as tables of the same name: the generated Graph /
+# TensorAttributes accessors (value_type + value offset) are then the same, and
+# lowering/graph_ir.py reads and writes the union's value as the struct it is on the wire
+# (never through the generated *Value classes).
+_PY_STRUCT_UNION_MEMBERS = re.compile(r"^struct (\w+Value) \{", re.MULTILINE)
+
+
+def python_schema_text(schema: str) -> str:
+    """The schema text handed to ``flatc --python`` (see the NOTE above)."""
+    text = (ROOT / "schemas" / schema).read_text()
+    return _PY_STRUCT_UNION_MEMBERS.sub(r"table \1 {", text) if schema == "graph.fbs" else text
+
+
 def generate(out_root: pathlib.Path | None = None) -> dict[str, pathlib.Path]:
     """Generates every schema; returns schema name -> generated file path."""
     results = {}
     for schema, target in TARGETS.items():
         dest = target if out_root is None else out_root / target.relative_to(ROOT)
         with tempfile.TemporaryDirectory() as tmp:
+            src = pathlib.Path(tmp) / schema
+            src.write_text(python_schema_text(schema))
             subprocess.run(
-                [flatc_path(), "--python", "--gen-onefile", "--python-typing", "-o", tmp,
-                 str(ROOT / "schemas" / schema)],
+                [flatc_path(), "--python", "--gen-onefile", "--python-typing", "-o", tmp, str(src)],
                 check=True,
             )
             produced = pathlib.Path(tmp) / (pathlib.Path(schema).stem + "_generated.py")

@@ -61,7 +61,7 @@ def empty_like_tensor(t: hd.TensorAttributes, fill=np.nan):
     dims, strides = t.get_dim(), t.get_stride()
     lay = physical_layout(dims, strides)
     phys = np.empty(lay.phys_shape, dt)
-    phys[...] = fill if dt != np.bool_ else False
+    phys[...] = False if dt == np.bool_ else (fill if np.issubdtype(dt, np.inexact) or dt.kind == "V" else -1)
     return np.lib.stride_tricks.as_strided(phys, shape=tuple(dims), strides=tuple(s * dt.itemsize for s in strides))
 
 

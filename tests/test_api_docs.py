@@ -107,7 +107,8 @@ def missing(text: str) -> list[str]:
             out.append(f"hd.Graph.{n}({', '.join(_params(getattr(hd.Graph, n)))})")
     # graph ops: one heading each, with the full signature
     headings = [line for line in text.splitlines() if line.startswith("#")]
-    assert set(FRONTEND_METHODS) == set(OpKind), "an op kind has no Graph method"
+    from lowering.graph_ir import LOWERED_KINDS
+    assert set(FRONTEND_METHODS) == set(LOWERED_KINDS), "a lowered op kind has no Graph method"
     for kind, n in FRONTEND_METHODS.items():
         params = _params(getattr(hd.Graph, n))
         if not any(f"g.{n}(" in h and all(re.search(rf"\b{p}\b", h) for p in params) for h in headings):

@@ -33,3 +33,13 @@ def test_stable_across_processes():
                          capture_output=True, text=True, check=True).stdout
     assert int(out) == hd.engine_id_from_name("IREE_LINALG")
     assert -2**63 <= int(out) < 2**63
+
+
+def test_fusilli_engine_id_is_fnv1a_of_hipdnns_name():
+    """FNV-1a 64 over the bytes of "FUSILLI_ENGINE" (hipDNN's engineNameToId), recomputed here."""
+    from hipdnn_iree.plugin_sdk.engine_ids import FUSILLI_ENGINE_ID, FUSILLI_ENGINE_NAME
+    h = 0xCBF29CE484222325
+    for ch in b"FUSILLI_ENGINE":
+        h = ((h ^ ch) * 0x100000001B3) % (1 << 64)
+    assert FUSILLI_ENGINE_NAME == "FUSILLI_ENGINE"
+    assert FUSILLI_ENGINE_ID == (h - (1 << 64) if h >= 1 << 63 else h)

@@ -46,7 +46,7 @@ def _run(cpu, rng, mode, dt, shapes, out_shape, **params):
     return got[10], want[10], ins
 
 
-ALL_MODES = sorted(ARITY, key=int)
+ALL_MODES = sorted(set(ARITY) - {M.GEN_INDEX}, key=int)   # GEN_INDEX needs an axis: its own test
 
 
 @pytest.mark.parametrize("mode", ALL_MODES, ids=lambda m: M(m).name)
@@ -78,9 +78,9 @@ def test_parameters_are_honoured(cpu, rng):
     got, _, ins = _run(cpu, rng, M.ELU_FWD, F, [(5, 6)], (5, 6), alpha=0.3)
     x = ins[0].astype(np.float64)
     np.testing.assert_allclose(got, np.where(x > 0, x, 0.3 * np.expm1(x)), rtol=1e-5, atol=1e-5)
-    got, _, ins = _run(cpu, rng, M.SOFTPLUS_FWD, F, [(5, 6)], (5, 6), beta=2.0, threshold=1.5)
+    got, _, ins = _run(cpu, rng, M.SOFTPLUS_FWD, F, [(5, 6)], (5, 6), beta=2.0)
     x = ins[0].astype(np.float64)
-    np.testing.assert_allclose(got, np.where(2 * x > 1.5, x, np.log1p(np.exp(2 * x)) / 2), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, np.log1p(np.exp(2 * x)) / 2, rtol=1e-5, atol=1e-5)
     got, _, ins = _run(cpu, rng, M.SWISH_FWD, F, [(5, 6)], (5, 6), beta=1.7)
     x = ins[0].astype(np.float64)
     np.testing.assert_allclose(got, x / (1 + np.exp(-1.7 * x)), rtol=1e-5, atol=1e-5)
@@ -150,3 +150,61 @@ def test_pointwise_golden_ir(cpu):
 // CHECK: arith.cmpf ogt
 // CHECK: return {{.*}} : tensor<4x6xi1>
 """)
+
+
+def test_softplus_threshold_is_refused():
+    """hipDNN's schema has no softplus threshold: asking for one is NOT_SUPPORTED, not ignored."""
+    g = hd.Graph(io_data_type=F)
+    x = g.tensor(name="x", dim=[2, 2])
+    with pytest.raises(hd.HipdnnError) as e:
+        g.pointwise(x, mode=M.SOFTPLUS_FWD, beta=2.0, threshold=1.5)
+    assert e.value.status == hd.Status.NOT_SUPPORTED and "threshold" in str(e.value)
+
+
+@pytest.mark.parametrize("clip", [dict(relu_lower_clip=-0.5), dict(relu_upper_clip=1.25),
+                                  dict(relu_lower_clip_slope=0.1),
+                                  dict(relu_lower_clip=0.5, relu_upper_clip=2.0, relu_lower_clip_slope=0.25)],
+                         ids=lambda d: ",".join(d))
+def test_relu_clips_and_slope(cpu, rng, clip):
+    """ReLU's hipDNN fields: the engine against the reference, and the reference against numpy."""
+    got, want, ins = _run(cpu, rng, M.RELU_FWD, F, [(6, 7)], (6, 7), **clip)
+    x = ins[0].astype(np.float64)
+    lo, hi, s = clip.get("relu_lower_clip", 0.0), clip.get("relu_upper_clip", np.inf), clip.get(
+        "relu_lower_clip_slope", 0.0)
+    expect = np.clip(x, lo, hi) + s * np.minimum(x - lo, 0.0)
+    np.testing.assert_allclose(got, expect, rtol=1e-6, atol=1e-6)
+    assert not np.allclose(expect, np.maximum(x, 0.0)), "the clip changed nothing: the test would not see it ignored"
+
+
+def test_relu_bwd_clips(cpu, rng):
+    ins_shape = [(5, 8), (5, 8)]
+    got, _, ins = _run(cpu, rng, M.RELU_BWD, F, ins_shape, (5, 8), relu_lower_clip=-0.5, relu_upper_clip=1.0,
+                       relu_lower_clip_slope=0.2)
+    dy, x = (a.astype(np.float64) for a in ins)
+    grad = np.where(x <= -0.5, 0.2, np.where(x < 1.0, 1.0, 0.0))
+    np.testing.assert_allclose(got, dy * grad, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+@pytest.mark.parametrize("out_type", [hd.DataType.INT32, hd.DataType.INT64, F], ids=lambda d: d.name)
+def test_gen_index(cpu, rng, axis, out_type):
+    x = random_array((3, 4, 5), F, rng)
+
+    def build():
+        g = hd.Graph(io_data_type=F)
+        t = g.tensor(name="x", uid=1, dim=[3, 4, 5])
+        y = g.pointwise(t, mode=M.GEN_INDEX, axis=axis).set_output(True).set_uid(2).set_data_type(out_type)
+        return g, {2: y}
+
+    got, want, _ = compare_engines(build, {1: x}, cpu, roundtrip=False)
+    expect = np.indices((3, 4, 5))[axis]
+    np.testing.assert_array_equal(got[2], expect)
+
+
+def test_gen_index_needs_a_valid_axis(cpu):
+    g = hd.Graph(io_data_type=F)
+    t = g.tensor(name="x", uid=1, dim=[3, 4])
+    g.pointwise(t, mode=M.GEN_INDEX, axis=2).set_output(True)
+    with pytest.raises(hd.HipdnnError) as e:
+        g.build(cpu)
+    assert e.value.status == hd.Status.BAD_PARAM and "axis" in str(e.value)

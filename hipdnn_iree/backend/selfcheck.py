@@ -20,7 +20,8 @@ What happens on the first ``execute`` of a plan (built or restored):
 
 The reference needs the op graph. Built plans have it; plans written by this release carry it in
 their module's reflection (``hipdnn_iree.graph``, base64 of the graph FlatBuffer), so restored plans
-have it too. A restored plan without it (written by an older release) raises ``NOT_SUPPORTED``
+have it too. A restored plan without it, or with the pre-0.3 graph format (written by an older
+release; told apart by the ``HDI1`` file identifier of graphs this release writes), raises ``NOT_SUPPORTED``
 on its first execution when the self-check is on, before anything runs: re-save it with this
 release, or turn the self-check off for that handle.
 
@@ -67,7 +68,14 @@ def graph_of(plan):
     data = getattr(plan, "op_graph", None) or getattr(plan.context, "op_graph", None)
     if not data:
         return None
-    from lowering.graph_ir import decode_graph
+    from lowering.graph_ir import decode_graph, is_project_graph
+    if not is_project_graph(data):
+        # NOTE: releases before 0.3 wrote the graph in this project's own old schema, which the
+        # hipDNN schema would misread (dims and strides swap slots): refuse it, never guess.
+        raise HipdnnError(Status.NOT_SUPPORTED,
+                          "self-check: this restored plan carries its op graph in the graph format of hipdnn-iree "
+                          "< 0.3, which this release does not read; re-save the plan with this release or create "
+                          "the handle with self_check=False")
     return decode_graph(data)
 
 

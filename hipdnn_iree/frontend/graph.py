@@ -143,14 +143,34 @@ class Graph(ConvOps, NormOps, SdpaOps):
         return self._add_node(OpKind.MATMUL, name, compute_data_type, {"a_uid": a, "b_uid": b}, ["c_uid"])[0]
 
     def pointwise(self, a, b=None, c=None, mode=None, alpha=None, beta=None, threshold=None,
-                  compute_data_type=None, name=None) -> TensorAttributes:
-        """Elementwise ``mode`` on 1-3 inputs with PyTorch-style broadcasting."""
+                  compute_data_type=None, name=None, relu_lower_clip=None, relu_upper_clip=None,
+                  relu_lower_clip_slope=None, axis=None) -> TensorAttributes:
+        """Elementwise ``mode`` on 1-3 inputs with PyTorch-style broadcasting.
+
+        ``alpha`` is ELU's alpha (hipDNN ``elu_alpha``), ``beta`` swish's or softplus's beta
+        (``swish_beta`` / ``softplus_beta``); ReLU takes ``relu_lower_clip`` (default 0),
+        ``relu_upper_clip`` (+inf) and ``relu_lower_clip_slope`` (0: leaky ReLU when set);
+        GEN_INDEX takes ``axis``. hipDNN's schema has no softplus threshold: ``threshold`` other
+        than None is NOT_SUPPORTED (softplus is x above beta * x > 20, as PyTorch's default).
+        """
         try:
             mode = PointwiseMode(mode)
         except (ValueError, TypeError):
             raise HipdnnError(Status.BAD_PARAM, f"pointwise: mode must be an hd.PointwiseMode, got {mode!r}") from None
-        params = {"operation": int(mode), "alpha": _opt_float(alpha), "beta": _opt_float(beta),
-                  "threshold": _opt_float(threshold)}
+        if threshold is not None:
+            _opt_float(threshold)
+            raise HipdnnError(Status.NOT_SUPPORTED, "pointwise: threshold is not supported: hipDNN's graph schema has "
+                                                    "no softplus threshold (softplus returns x where beta * x > 20)")
+        if axis is not None and (isinstance(axis, bool) or not isinstance(axis, numbers.Integral)):
+            raise HipdnnError(Status.BAD_PARAM, f"pointwise: axis must be an int (GEN_INDEX's axis), got {axis!r}")
+        params = {"operation": int(mode), "elu_alpha": _opt_float(alpha),
+                  "swish_beta": _opt_float(beta) if mode in (PointwiseMode.SWISH_FWD, PointwiseMode.SWISH_BWD)
+                  else math.nan,
+                  "softplus_beta": _opt_float(beta) if mode not in (PointwiseMode.SWISH_FWD, PointwiseMode.SWISH_BWD)
+                  else math.nan,
+                  "relu_lower_clip": _opt_float(relu_lower_clip), "relu_upper_clip": _opt_float(relu_upper_clip),
+                  "relu_lower_clip_slope": _opt_float(relu_lower_clip_slope),
+                  "axis": None if axis is None else int(axis)}
         return self._add_node(OpKind.POINTWISE, name, compute_data_type,
                               {"in_0_uid": a, "in_1_uid": b, "in_2_uid": c}, ["out_0_uid"], params)[0]
 
@@ -314,8 +334,11 @@ class Graph(ConvOps, NormOps, SdpaOps):
         if self._candidates is None:
             raise HipdnnError(Status.NOT_INITIALIZED, "call create_execution_plans() first")
         if not self._candidates:
+            from lowering.graph_ir import unsupported_reason
             kinds = sorted({n.kind.name for n in self._nodes})
-            raise HipdnnError(Status.NOT_SUPPORTED, f"no loaded engine supports graph '{self.name}' (ops: {kinds})")
+            why = unsupported_reason(self._desc) if self._desc is not None else None
+            raise HipdnnError(Status.NOT_SUPPORTED, f"no loaded engine supports graph '{self.name}' (ops: {kinds})"
+                                                    + (f": {why}" if why else ""))
         if self._preferred is not None and self._candidates[0] != self._preferred:
             rm = self._handle.resource_manager
             loaded = ", ".join(f"{_engine_name(rm.plugin_for(e), e)} (id {e})" for e in rm.engine_ids())
@@ -480,6 +503,48 @@ class Graph(ConvOps, NormOps, SdpaOps):
         """A buildable graph from :meth:`to_json` text (str, bytes or the parsed dict)."""
         from hipdnn_iree.frontend.graph_json import graph_from_json
         return graph_from_json(text, cls)
+
+    def to_hipdnn_graph(self) -> bytes:
+        """The graph (validated first when needed) as hipDNN graph FlatBuffer bytes
+        (``schemas/graph.fbs``, wire-compatible with hipDNN's schema; docs/graph_schema.md).
+
+        Example:
+            >>> g2 = hd.Graph.from_hipdnn_graph(g.to_hipdnn_graph())   # doctest: +SKIP
+        """
+        self._check_not_restored("to_hipdnn_graph")
+        if not self._validated:
+            self.validate()
+        return encode_graph(self._desc)
+
+    @classmethod
+    def from_hipdnn_graph(cls, data) -> "Graph":
+        """A validated, buildable graph from hipDNN graph FlatBuffer bytes (from hipDNN's
+        frontend, a FUSPLAN kind-1 plan or :meth:`to_hipdnn_graph`).
+
+        Malformed or hostile bytes are BAD_PARAM naming the problem; a node type from a newer
+        hipDNN, and tensor features this project cannot carry (ragged tensors, runtime
+        pass-by-value scalars, execute-time shape overrides) are NOT_SUPPORTED. Node types it
+        parses but does not lower are refused later, by ``check_support``, naming each node.
+        """
+        from hipdnn_iree.frontend.graph_json import graph_from_desc
+        from lowering.graph_ir import decode_graph
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise HipdnnError(Status.BAD_PARAM, f"from_hipdnn_graph: expected bytes, got {type(data).__name__}")
+        try:
+            desc = decode_graph(data)
+        except LoweringError as e:
+            status = Status.NOT_SUPPORTED if e.kind == "unsupported" else Status.BAD_PARAM
+            raise HipdnnError(status, f"from_hipdnn_graph: {e}") from None
+        lost = [f"tensor '{t.name}' (uid {t.uid}): {what}" for t in desc.tensors for what, on in (
+            ("is_runtime_pass_by_value", t.is_runtime_pass_by_value),
+            ("ragged_offset_tensor_uid", t.ragged_offset_tensor_uid is not None)) if on]
+        if desc.is_override_shape_enabled:
+            lost.append("is_override_shape_enabled")
+        if lost:
+            raise HipdnnError(Status.NOT_SUPPORTED, "from_hipdnn_graph: not supported by hipdnn-iree: " + "; ".join(lost))
+        g = graph_from_desc(desc, cls)
+        g.validate()
+        return g
 
 
 def numpy_itemsize(data_type) -> int:

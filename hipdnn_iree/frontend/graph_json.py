@@ -5,7 +5,7 @@ type, so loading it gives back the same canonical graph FlatBuffer bytes. Format
 (version 1)::
 
     {
-      "format": "hipdnn-iree.graph", "format_version": 1,
+      "format": "hipdnn-iree.graph", "format_version": 2,
       "name": "mlp", "io_data_type": "FLOAT", "intermediate_data_type": "NOT_SET",
       "compute_data_type": "NOT_SET",
       "tensors": [
@@ -18,16 +18,17 @@ type, so loading it gives back the same canonical graph FlatBuffer bytes. Format
          "inputs": {"a": 1, "b": 2}, "outputs": {"c": 3}, "attrs": {}},
         {"op": "POINTWISE", "name": "act", "compute_data_type": "NOT_SET",
          "inputs": {"in_0": 3}, "outputs": {"out_0": 4},
-         "attrs": {"operation": "RELU_FWD", "alpha": null, "beta": null, "threshold": null}}
+         "attrs": {"operation": "RELU_FWD", "relu_lower_clip": null, ...}}
       ]
     }
 
-- ``op`` is an :class:`lowering.graph_ir.OpKind` name; ``inputs``/``outputs`` map the op's
+- ``op`` is an :class:`lowering.graph_ir.OpKind` name (one per hipDNN node type); ``inputs``/``outputs`` map the op's
   tensor fields (the attributes' ``*_uid`` fields without ``_uid``) to tensor uids; an
   unconnected optional input is left out.
 - ``attrs`` holds the op's other fields under their schema names: enums by name
-  (pointwise ``operation``, reduction ``mode``, layernorm ``phase``), integer lists as
-  lists, an unset float (NaN) as ``null``, infinities as ``"inf"``/``"-inf"``.
+  (pointwise ``operation``, reduction ``mode``, layernorm/rmsnorm ``phase``), integer lists as
+  lists, an unset float (NaN) or optional integer/bool as ``null``, infinities as
+  ``"inf"``/``"-inf"``, bytes as a hex string.
 - Data types are :class:`hd.DataType` names (integers are accepted on input).
 - A scalar tensor has ``"scalar": value`` instead of dims/strides/virtual.
 - Nodes are in execution order (each input is a graph input or an earlier node's output).
@@ -45,9 +46,11 @@ from lowering.graph_ir import ABSENT, ATTRS_BY_KIND, GraphDesc, NodeDesc, OpKind
 
 FORMAT = "hipdnn-iree.graph"
 # History: 1 (2026-11-29) first layout (module docstring).
-FORMAT_VERSION = 1
+#          2 (2026-12-13) hipDNN's graph schema: hipDNN's attribute names (elu_alpha, swish_beta,
+#            relu clips ...), every hipDNN node type; version 1 documents are refused.
+FORMAT_VERSION = 2
 _ENUM_FIELDS = {(OpKind.POINTWISE, "operation"): PointwiseMode, (OpKind.REDUCTION, "mode"): ReductionMode,
-                (OpKind.LAYERNORM, "phase"): NormFwdPhase}
+                (OpKind.LAYERNORM, "phase"): NormFwdPhase, (OpKind.RMSNORM, "phase"): NormFwdPhase}
 _GRAPH_KEYS = {"format", "format_version", "name", "io_data_type", "intermediate_data_type", "compute_data_type",
                "tensors", "nodes"}
 
@@ -96,8 +99,10 @@ def desc_to_dict(desc: GraphDesc) -> dict:
             elif (n.kind, f.name) in _ENUM_FIELDS:
                 enum = _ENUM_FIELDS[(n.kind, f.name)]
                 attrs[f.name] = enum(v).name if v in enum._value2member_map_ else int(v)
-            elif isinstance(v, bool):
+            elif v is None or isinstance(v, (bool, str)):
                 attrs[f.name] = v
+            elif isinstance(v, bytes):
+                attrs[f.name] = v.hex()
             elif isinstance(v, float):
                 attrs[f.name] = _float_out(v)
             elif isinstance(v, tuple):
@@ -229,7 +234,9 @@ def _node_desc(d, i: int, uids: set) -> NodeDesc:
         v, fw = attrs[f.name], f"{what}.attrs.{f.name}"
         if (kind, f.name) in _ENUM_FIELDS:
             kwargs[f.name] = _enum(_ENUM_FIELDS[(kind, f.name)], v, fw)
-        elif f.type in ("bool", bool):
+        elif f.type in ("int | None", "bool | None") and v is None:
+            kwargs[f.name] = None
+        elif f.type in ("bool", bool, "bool | None"):
             if not isinstance(v, bool):
                 raise _bad(f"{fw} must be true or false, got {v!r}")
             kwargs[f.name] = v
@@ -237,6 +244,15 @@ def _node_desc(d, i: int, uids: set) -> NodeDesc:
             kwargs[f.name] = _float_in(v, fw)
         elif str(f.type).startswith("tuple"):
             kwargs[f.name] = _int_list(v, fw)
+        elif f.type in ("str", str):
+            if not isinstance(v, str):
+                raise _bad(f"{fw} must be a string, got {v!r}")
+            kwargs[f.name] = v
+        elif f.type in ("bytes", bytes):
+            try:
+                kwargs[f.name] = bytes.fromhex(v)
+            except (TypeError, ValueError):
+                raise _bad(f"{fw} must be a hex string, got {v!r}") from None
         else:
             kwargs[f.name] = _int(v, fw)
     try:
@@ -295,8 +311,13 @@ def graph_from_desc(desc: GraphDesc, cls=None):
     for n in desc.nodes:
         cls_ = type(n.attrs)
         ports = set(cls_._IN) | set(cls_._OUT)
-        tensors = {f: (None if getattr(n.attrs, f) == ABSENT else by_uid[getattr(n.attrs, f)])
-                   for f in (*cls_._IN, *cls_._OUT)}
+        tensors = {}
+        for f in (*cls_._IN, *cls_._OUT):
+            uid = getattr(n.attrs, f)
+            if uid != ABSENT and uid not in by_uid:
+                raise _bad(f"node '{n.name}' ({n.kind.name}): field {f.removesuffix('_uid')} refers to uid {uid}, "
+                           "which no tensor has")
+            tensors[f] = None if uid == ABSENT else by_uid[uid]
         params = {f.name: getattr(n.attrs, f.name) for f in dataclasses.fields(cls_) if f.name not in ports}
         g._nodes.append(_Node(n.kind, n.name, n.compute_data_type, tensors, params))
     return g

@@ -20,3 +20,9 @@ def engine_id_from_name(name: str) -> int:
         h ^= byte
         h = (h * _FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
     return h - (1 << 64) if h >= (1 << 63) else h
+
+
+# hipDNN's fusilli-provider: its plans (FUSPLAN kind 1) name this engine. hipDNN hashes the name's
+# bytes as written (FNV-1a 64, no case folding); the name is upper case, so the value is the same.
+FUSILLI_ENGINE_NAME = "FUSILLI_ENGINE"
+FUSILLI_ENGINE_ID = engine_id_from_name(FUSILLI_ENGINE_NAME)

@@ -1,4 +1,9 @@
-"""Public enums. Values equal the ones written into ``schemas/graph.fbs``."""
+"""Public enums. Values equal hipDNN's, as written into ``schemas/graph.fbs`` (its generated code).
+
+Names are this project's public ones; where hipDNN's schema spells a member differently the
+schema's name is an alias (``hd.DataType.UNSET is hd.DataType.NOT_SET``,
+``hd.ReductionMode.MIN_OP is hd.ReductionMode.MIN``).
+"""
 from __future__ import annotations
 
 import enum
@@ -14,16 +19,24 @@ class NamedIntEnum(enum.IntEnum):
     __format__ = enum.Enum.__format__
 
 
-def _from_schema(name: str, schema_cls, doc: str) -> type[enum.IntEnum]:
-    members = {k: v for k, v in vars(schema_cls).items() if not k.startswith("_") and isinstance(v, int)}
+def _from_schema(name: str, schema_cls, doc: str, rename=None) -> type[enum.IntEnum]:
+    """``rename`` maps a schema name to the public one; the schema's name stays as an alias."""
+    rename = rename or {}
+    schema = [(k, v) for k, v in vars(schema_cls).items() if not k.startswith("_") and isinstance(v, int)]
+    members = [(rename.get(k, k), v) for k, v in sorted(schema, key=lambda kv: kv[1])]
+    members += [(k, v) for k, v in schema if k in rename]   # aliases: same value, listed after
     cls = NamedIntEnum(name, members, module=__name__)
     cls.__doc__ = doc
     return cls
 
 
-DataType = _from_schema("DataType", _g.DataType, "Tensor element types (hipDNN's names).")
-PointwiseMode = _from_schema("PointwiseMode", _g.PointwiseMode, "Pointwise operations (hipDNN's names).")
-ReductionMode = _from_schema("ReductionMode", _g.ReductionMode, "Reduction operations (hipDNN's names).")
+DataType = _from_schema("DataType", _g.DataType, "Tensor element types (hipDNN's names and numbers; "
+                        "BOOLEAN = 100 is this project's extension).", {"UNSET": "NOT_SET"})
+PointwiseMode = _from_schema("PointwiseMode", _g.PointwiseMode, "Pointwise operations (hipDNN's names and "
+                             "numbers; COS, POW, MOD = 100-102 are this project's extensions).",
+                             {"UNSET": "NOT_SET"})
+ReductionMode = _from_schema("ReductionMode", _g.ReductionMode, "Reduction operations (hipDNN's numbers).",
+                             {"MIN_OP": "MIN", "MAX_OP": "MAX"})
 NormFwdPhase = _from_schema("NormFwdPhase", _g.NormFwdPhase, "Normalization forward phase.")
 
 

@@ -228,8 +228,8 @@ _REDUCERS: dict[int, tuple[float, Callable[[_Math, str, str], str]]] = {
     ReductionMode.ADD: (0.0, lambda m, x, a: m.add(a, x)),
     ReductionMode.MUL: (1.0, lambda m, x, a: m.mul(a, x)),
     # NOTE: minimumf/maximumf propagate NaN, as numpy's min/max do.
-    ReductionMode.MIN: (math.inf, lambda m, x, a: m.bin("minimumf", a, x)),
-    ReductionMode.MAX: (-math.inf, lambda m, x, a: m.bin("maximumf", a, x)),
+    ReductionMode.MIN_OP: (math.inf, lambda m, x, a: m.bin("minimumf", a, x)),
+    ReductionMode.MAX_OP: (-math.inf, lambda m, x, a: m.bin("maximumf", a, x)),
     ReductionMode.AMAX: (0.0, lambda m, x, a: m.bin("maximumf", a, m.un("math.absf", x))),
     ReductionMode.AVG: (0.0, lambda m, x, a: m.add(a, x)),
     ReductionMode.NORM1: (0.0, lambda m, x, a: m.add(a, m.un("math.absf", x))),

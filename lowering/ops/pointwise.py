@@ -18,9 +18,10 @@ ARITY = {
     **{m: 1 for m in (M.RELU_FWD, M.SIGMOID_FWD, M.TANH_FWD, M.GELU_FWD, M.GELU_APPROX_TANH_FWD,
                       M.SWISH_FWD, M.ELU_FWD, M.SOFTPLUS_FWD, M.EXP, M.LOG, M.SQRT, M.RSQRT, M.ABS,
                       M.NEG, M.RECIPROCAL, M.ERF, M.SIN, M.COS, M.TAN, M.CEIL, M.FLOOR, M.IDENTITY,
-                      M.LOGICAL_NOT)},
+                      M.LOGICAL_NOT, M.GEN_INDEX)},
     M.BINARY_SELECT: 3,
 }
+SOFTPLUS_THRESHOLD = 20.0   # beta * x above it: softplus(x) == x to float precision (hipDNN has no field)
 COMPARE = {M.CMP_EQ: "oeq", M.CMP_NEQ: "une", M.CMP_GT: "ogt", M.CMP_GE: "oge", M.CMP_LT: "olt", M.CMP_LE: "ole"}
 LOGICAL = (M.LOGICAL_AND, M.LOGICAL_OR, M.LOGICAL_NOT)
 _GELU_K = math.sqrt(2.0 / math.pi)
@@ -70,6 +71,16 @@ def _param(v: float, default: float) -> float:
     return default if is_nan(v) else v
 
 
+def _has_clip(attrs) -> bool:
+    return not all(is_nan(v) for v in (attrs.relu_lower_clip, attrs.relu_upper_clip, attrs.relu_lower_clip_slope))
+
+
+def _relu_params(attrs) -> tuple[float, float, float]:
+    """(lower clip, upper clip, lower-clip slope) with hipDNN's defaults (0, +inf, 0)."""
+    return (_param(attrs.relu_lower_clip, 0.0), _param(attrs.relu_upper_clip, math.inf),
+            _param(attrs.relu_lower_clip_slope, 0.0))
+
+
 def _fwd(mm: _Math, mode: int, x: list[str], attrs) -> str:
     """Value of ``mode`` on scalar operands ``x`` (already in the compute type)."""
     a = x[0]
@@ -93,7 +104,12 @@ def _fwd(mm: _Math, mode: int, x: list[str], attrs) -> str:
     if mode == M.ADD_SQUARE:
         return mm.add(a, mm.mul(b, b))
     if mode == M.RELU_FWD:
-        return mm.bin("maximumf", a, mm.c(0.0))
+        if not _has_clip(attrs):
+            return mm.bin("maximumf", a, mm.c(0.0))
+        lo, hi, slope = _relu_params(attrs)
+        top = mm.bin("minimumf", a, mm.c(hi)) if math.isfinite(hi) else a
+        below = mm.add(mm.c(lo), mm.mul(mm.c(slope), mm.sub(a, mm.c(lo))))
+        return mm.select(mm.cmp("oge", a, mm.c(lo)), top, below)
     if mode == M.SIGMOID_FWD:
         return mm.sigmoid(a)
     if mode == M.GELU_FWD:
@@ -102,21 +118,26 @@ def _fwd(mm: _Math, mode: int, x: list[str], attrs) -> str:
         t = mm.un("math.tanh", mm.tanh_inner(a))
         return mm.mul(mm.mul(mm.c(0.5), a), mm.add(mm.c(1.0), t))
     if mode == M.SWISH_FWD:
-        beta = _param(attrs.beta, 1.0)
+        beta = _param(attrs.swish_beta, 1.0)
         return mm.mul(a, mm.sigmoid(mm.mul(mm.c(beta), a)))
     if mode == M.ELU_FWD:
-        alpha = _param(attrs.alpha, 1.0)
+        alpha = _param(attrs.elu_alpha, 1.0)
         neg = mm.mul(mm.c(alpha), mm.sub(mm.exp(a), mm.c(1.0)))
         return mm.select(mm.cmp("ogt", a, mm.c(0.0)), a, neg)
     if mode == M.SOFTPLUS_FWD:
-        beta, thr = _param(attrs.beta, 1.0), _param(attrs.threshold, 20.0)
+        beta, thr = _param(attrs.softplus_beta, 1.0), SOFTPLUS_THRESHOLD
         bx = mm.mul(mm.c(beta), a)
         soft = mm.div(mm.un("math.log1p", mm.exp(bx)), mm.c(beta))
         return mm.select(mm.cmp("ogt", bx, mm.c(thr)), a, soft)
     # Backward modes: x[0] = dy, x[1] = x; result = dy * f'(x).
     dy, xx = a, b
     if mode == M.RELU_BWD:
-        return mm.select(mm.cmp("ogt", xx, mm.c(0.0)), dy, mm.c(0.0))
+        if not _has_clip(attrs):
+            return mm.select(mm.cmp("ogt", xx, mm.c(0.0)), dy, mm.c(0.0))
+        lo, hi, slope = _relu_params(attrs)
+        inside = mm.select(mm.cmp("olt", xx, mm.c(hi)), mm.c(1.0), mm.c(0.0))
+        d = mm.select(mm.cmp("ogt", xx, mm.c(lo)), inside, mm.c(slope))
+        return mm.mul(dy, d)
     if mode == M.SIGMOID_BWD:
         s = mm.sigmoid(xx)
         d = mm.mul(s, mm.sub(mm.c(1.0), s))
@@ -133,15 +154,15 @@ def _fwd(mm: _Math, mode: int, x: list[str], attrs) -> str:
         d = mm.add(mm.mul(mm.c(0.5), mm.add(mm.c(1.0), t)),
                    mm.mul(mm.mul(mm.c(0.5), xx), mm.mul(mm.sub(mm.c(1.0), mm.mul(t, t)), inner_d)))
     elif mode == M.SWISH_BWD:
-        beta = _param(attrs.beta, 1.0)
+        beta = _param(attrs.swish_beta, 1.0)
         bx = mm.mul(mm.c(beta), xx)
         s = mm.sigmoid(bx)
         d = mm.add(s, mm.mul(bx, mm.mul(s, mm.sub(mm.c(1.0), s))))
     elif mode == M.ELU_BWD:
-        alpha = _param(attrs.alpha, 1.0)
+        alpha = _param(attrs.elu_alpha, 1.0)
         d = mm.select(mm.cmp("ogt", xx, mm.c(0.0)), mm.c(1.0), mm.mul(mm.c(alpha), mm.exp(xx)))
     elif mode == M.SOFTPLUS_BWD:
-        beta, thr = _param(attrs.beta, 1.0), _param(attrs.threshold, 20.0)
+        beta, thr = _param(attrs.softplus_beta, 1.0), SOFTPLUS_THRESHOLD
         bx = mm.mul(mm.c(beta), xx)
         d = mm.select(mm.cmp("ogt", bx, mm.c(thr)), mm.c(1.0), mm.sigmoid(bx))
     else:
@@ -175,7 +196,16 @@ def lower_pointwise(ctx: LowerContext, node: NodeDesc) -> None:
     shape = tuple(out_t.dims)
     out_elem = ctx.out_elem(out_uid)
     em = ctx.em
-    if mode in COMPARE or mode in LOGICAL or mode == M.BINARY_SELECT:
+    if mode == M.GEN_INDEX:
+        axis = attrs.axis
+        if axis is None or not 0 <= axis < len(shape):
+            raise LoweringError(f"pointwise '{node.name}': GEN_INDEX needs axis_tensor_uid (the axis) in "
+                                f"[0, {len(shape)}), got {axis}")
+        def body(args):
+            idx = em.op(f"linalg.index {axis} : index")
+            i64 = em.op(f"arith.index_cast {idx} : index to i64")
+            return em.cast(i64, "i64", out_elem)
+    elif mode in COMPARE or mode in LOGICAL or mode == M.BINARY_SELECT:
         ct = ctx.compute_elem(node)
         def body(args):
             xs = args[:-1]

@@ -36,3 +36,19 @@ def bad(node: NodeDesc, message: str) -> HipdnnError:
     # NOTE: lowering's shape helpers name the op themselves; say it once.
     return HipdnnError(Status.BAD_PARAM, message if message.startswith(prefix) else prefix + message)
 
+
+
+def _outputs_as_declared(node: NodeDesc, dims) -> dict:
+    """Node types this project parses but does not lower: outputs keep the dims the graph gives
+    (a hipDNN graph sets them all); ``check_support`` refuses the node by name."""
+    return {}
+
+
+def _register_parse_only() -> None:
+    from lowering.graph_ir import LOWERED_KINDS
+    for kind in OpKind:
+        if kind not in LOWERED_KINDS:
+            INFER.setdefault(kind, _outputs_as_declared)
+
+
+_register_parse_only()

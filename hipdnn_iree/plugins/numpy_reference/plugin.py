@@ -77,7 +77,9 @@ class NumpyReferencePlugin:
             g = decode_graph(op_graph)
         except LoweringError:
             return []
-        return [ENGINE_ID] if all(n.kind in REFERENCES for n in g.nodes) else []
+        from lowering.graph_ir import unsupported_reason
+        ok = all(n.kind in REFERENCES for n in g.nodes) and unsupported_reason(g, tuple(REFERENCES)) is None
+        return [ENGINE_ID] if ok else []
 
     def get_workspace_size(self, engine_id: int, op_graph: bytes) -> int:
         return 0
