@@ -202,7 +202,9 @@ class IreeLinalgPlugin:
             g = decode_graph(op_graph)
         except LoweringError:
             return []
-        return [ENGINE_ID] if all(n.kind in LOWERINGS for n in g.nodes) else []
+        from lowering.graph_ir import unsupported_reason
+        ok = all(n.kind in LOWERINGS for n in g.nodes) and unsupported_reason(g, tuple(LOWERINGS)) is None
+        return [ENGINE_ID] if ok else []
 
     def get_workspace_size(self, engine_id: int, op_graph: bytes) -> int:
         return 0  # IREE allocates its transients itself
