@@ -331,6 +331,10 @@ class RmsnormAttrs(_Attrs):
     inv_rms_uid: int = ABSENT
     phase: int = 0
 
+    def unsupported(self):
+        bad = self._set("bias_uid", "inv_rms_uid") + (["forward_phase TRAINING"] if self.phase == 2 else [])
+        return f"rmsnorm fields {bad} are not supported (inference: x, scale, epsilon -> y)" if bad else None
+
 
 _SDPA_UNHONOURED = ("scale_uid", "seq_len_q_uid", "seq_len_kv_uid", "seed_uid", "offset_uid", "dropout_mask_uid",
                     "dropout_scale_uid", "page_table_k_uid", "page_table_v_uid", "block_mask_uid", "sink_token_uid",
@@ -578,6 +582,11 @@ def unsupported_reason(graph: GraphDesc, lowered=LOWERED_KINDS) -> str | None:
                        "lowered by this project")
             continue
         r = n.attrs.unsupported()
+        if n.kind == OpKind.LAYERNORM and n.attrs.normalized_dim_count and not r:
+            rank = len(graph.tensor(n.attrs.x_uid).dims) if n.attrs.x_uid in graph._by_uid else 0
+            if n.attrs.normalized_dim_count != rank - 1:
+                r = (f"normalized_dim_count {n.attrs.normalized_dim_count} is not supported: this engine normalizes "
+                     f"every axis after the batch axis ({rank - 1} of x's {rank})")
         if r:
             why.append(f"node '{n.name}' ({n.kind.name}): {r}")
     for t in graph.tensors:
