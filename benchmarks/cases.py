@@ -122,9 +122,9 @@ def _layout_strides(dims, layout: str) -> list[int]:
 
 def _dense_in(rng, dims, layout, scale=1.0):
     """(logical view, dense memory image) of random data stored in ``layout``."""
+    from lowering.layout import physical_layout   # the module's argument shape (size-1 axes placed as it does)
     st = _layout_strides(dims, layout)
-    order = sorted(range(len(dims)), key=lambda a: -st[a])
-    dense = (rng.standard_normal([dims[a] for a in order]) * scale).astype(np.float32)
+    dense = (rng.standard_normal(physical_layout(dims, st).phys_shape) * scale).astype(np.float32)
     return strided(dense, dims, st), dense
 
 

@@ -275,10 +275,12 @@ def render_markdown(meta: dict, results: list[dict]) -> str:
         if not r["flops"]:
             continue
         gf = lambda xs: r["flops"] / _med(xs) / 1e9  # noqa: E731
-        row = f"| {r['name']} | {r['shape']} | {gf(r['times']['steady execute']):.1f} | {gf(r['numpy']):.1f} | "
+        npf = f"{gf(r['numpy']):.1f}" if "numpy" in r else "n/a"
+        row = f"| {r['name']} | {r['shape']} | {gf(r['times']['steady execute']):.1f} | {npf} | "
         if has_torch:
             row += f"{gf(r['torch']):.1f} | " if "torch" in r else "n/a | "
-        row += f"{gf(r['times']['steady execute']) / gf(r['numpy']):.2f}x | {r['rel_err_vs_numpy']:.1e} |"
+        ratio = f"{gf(r['times']['steady execute']) / gf(r['numpy']):.2f}x" if "numpy" in r else "n/a"
+        row += f"{ratio} | {r['rel_err_vs_numpy']:.1e} |"
         lines.append(row)
     lines += ["", "![phase times and throughput](cpu.png)", ""]
     return "\n".join(lines)
