@@ -162,7 +162,26 @@ def _takes_plan_info(plugin, hook) -> bool:
     return "plan_info" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
-def _serialize(plan: ExecutionPlanDescriptor, signing_key=None, version: int = _envelope.ENVELOPE_VERSION) -> bytes:
+PAYLOADS = ("compiled", "hipdnn_graph")
+
+
+def _payload_engine_id(plan: ExecutionPlanDescriptor, payload: str) -> int:
+    """The envelope engine_id for ``payload``: the plugin's ``payload_engine_ids`` says under which
+    id each payload form is written (the IREE engine: compiled -> IREE_LINALG, hipdnn_graph ->
+    FUSILLI_ENGINE); a plugin without it writes only ``compiled``, under the plan's own id."""
+    if payload not in PAYLOADS:
+        raise HipdnnError(Status.BAD_PARAM, f"payload must be one of {list(PAYLOADS)}, got {payload!r}")
+    ids = getattr(plan.plugin, "payload_engine_ids", None) or {}
+    if payload == "compiled":
+        return int(ids.get("compiled", plan.engine_id))
+    if payload not in ids or not _takes_plan_info(plan.plugin, plan.plugin.serialize_execution_context):
+        raise HipdnnError(Status.NOT_SUPPORTED, f"engine {engine_name(plan.handle, plan.engine_id)} (plugin "
+                                                f"{plugin_name(plan.plugin)}) cannot write a {payload!r} payload")
+    return int(ids[payload])
+
+
+def _serialize(plan: ExecutionPlanDescriptor, signing_key=None, version: int = _envelope.ENVELOPE_VERSION,
+               payload: str = "compiled") -> bytes:
     if plan is None:
         raise HipdnnError(Status.BAD_PARAM_NULL_POINTER, "execution plan is None")
     if not plan.finalized or plan.context is None:
@@ -172,6 +191,7 @@ def _serialize(plan: ExecutionPlanDescriptor, signing_key=None, version: int = _
         raise HipdnnError(Status.NOT_SUPPORTED,
                           f"engine {engine_name(plan.handle, plan.engine_id)} (plugin {plugin_name(plugin)}) "
                           "does not support compiled-plan serialization")
+    engine_id = _payload_engine_id(plan, payload)
     # NOTE: the envelope is hipDNN's five fields (FORMATS.md); identity, digest and signature are the
     # plugin's to write inside its payload. Plugins that say so get the envelope fields to sign.
     takes_info = _takes_plan_info(plugin, plugin.serialize_execution_context)
@@ -184,7 +204,8 @@ def _serialize(plan: ExecutionPlanDescriptor, signing_key=None, version: int = _
     try:
         try:
             if takes_info:
-                info = _plan_info(plan.engine_id, plan.workspace_size, plan.tensor_uids, signing_key=signing_key)
+                info = _plan_info(engine_id, plan.workspace_size, plan.tensor_uids, signing_key=signing_key,
+                                  payload=payload, op_graph=plan.op_graph)
                 serialized = plugin.serialize_execution_context(plan.context, plan.engine_config, plan_info=info)
             else:
                 serialized = plugin.serialize_execution_context(plan.context, plan.engine_config)
@@ -195,22 +216,24 @@ def _serialize(plan: ExecutionPlanDescriptor, signing_key=None, version: int = _
                                                    f"execution context: {type(e).__name__}: {e}") from None
         if serialized is None or len(serialized) == 0:
             raise HipdnnError(Status.PLUGIN_ERROR, f"plugin {plugin_name(plugin)} returned an empty payload")
-        payload = bytes(serialized)  # the envelope owns a copy
+        payload_bytes = bytes(serialized)  # the envelope owns a copy
     finally:
         if serialized is not None:
             plugin.destroy_serialized_execution_context(serialized)
-    env = _envelope.Envelope(version, plan.engine_id, plan.workspace_size, tuple(sorted(plan.tensor_uids)), payload)
+    env = _envelope.Envelope(version, engine_id, plan.workspace_size, tuple(sorted(plan.tensor_uids)), payload_bytes)
     return _envelope.encode(env)
 
 
 def get_serialized_execution_plan(plan: ExecutionPlanDescriptor, requested_byte_size: int,
-                                  serialized_plan, signing_key=None) -> int:
+                                  serialized_plan, signing_key=None, payload: str = "compiled") -> int:
     """Two-call pattern: with ``serialized_plan=None`` returns the size; else fills it.
 
     Returns the plan's size in bytes. A buffer smaller than the plan raises
-    BAD_PARAM_SIZE_INSUFFICIENT. ``signing_key`` adds an HMAC-SHA256 signature.
+    BAD_PARAM_SIZE_INSUFFICIENT. ``signing_key`` adds an HMAC-SHA256 signature. ``payload``:
+    ``"compiled"`` (the engine's compiled module) or ``"hipdnn_graph"`` (see
+    ``Graph.serialize_compiled_plan``).
     """
-    data = _serialize(plan, signing_key)
+    data = _serialize(plan, signing_key, payload=payload)
     if serialized_plan is None:
         return len(data)
     if requested_byte_size < len(data):

@@ -405,19 +405,29 @@ class Graph(ConvOps, NormOps, SdpaOps):
         plan.execute(variant_pack, workspace)
 
     # -- compiled-plan serialization (RFC 0009) ------------------------------------------
-    def serialize_compiled_plan(self, signing_key=None, _envelope_version=None) -> bytes:
+    def serialize_compiled_plan(self, signing_key=None, _envelope_version=None, *, payload="compiled") -> bytes:
         """The compiled plan as bytes: envelope + plugin payload (for IREE: FUSPLAN + .vmfb).
 
         Args:
             signing_key: optional bytes/str; adds an HMAC-SHA256 signature that
                 ``deserialize_compiled_plan(..., verify_key=)`` checks.
+            payload: ``"compiled"`` (default): the compiled module (FUSPLAN kind 2, or 3 for several
+                targets), engine id ``IREE_LINALG``; restores without the compiler.
+                ``"hipdnn_graph"``: the plan as hipDNN's fusilli-provider writes it: envelope engine id
+                ``FUSILLI_ENGINE``, FUSPLAN 1.0 kind 1 holding the graph's hipDNN FlatBuffer. hipDNN's
+                fusilli-provider restores it (on AMD GPUs), and so does this project's IREE engine, by
+                compiling it (the IREE compiler is then needed; ``hipdnn-iree upgrade`` turns it into a
+                compiled plan). It cannot be signed (format 1.0 has no metadata).
+
+        Example:
+            >>> data = g.serialize_compiled_plan(payload="hipdnn_graph")   # doctest: +SKIP
         """
         plan = self._require_plan("serialize_compiled_plan")
         if _envelope_version is not None:  # NOTE: only the frozen-corpus script writes old versions
             return _backend.serialize_execution_plan(plan, signing_key, _envelope_version)
-        n = _backend.get_serialized_execution_plan(plan, 0, None, signing_key)
+        n = _backend.get_serialized_execution_plan(plan, 0, None, signing_key, payload=payload)
         buf = bytearray(n)
-        _backend.get_serialized_execution_plan(plan, n, buf, signing_key)
+        _backend.get_serialized_execution_plan(plan, n, buf, signing_key, payload=payload)
         return bytes(buf)
 
     def to_compiled_plan_binary(self, signing_key=None) -> bytes:

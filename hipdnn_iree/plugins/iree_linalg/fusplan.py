@@ -7,6 +7,10 @@ Payload format versions (separate from the envelope version):
       HMAC-SHA256 signature) and zero padding, so the body starts 64-byte aligned in the plan
       file; payload_kind 3 = several modules for several targets behind an index.
 
+Payload kinds: 1 = a hipDNN graph FlatBuffer (``schemas/graph.fbs``), as hipDNN's fusilli-provider
+writes it (format 1.0: the 20 fixed bytes, ``header_size`` 20, then the graph); restoring it means
+compiling it. 2 = one IREE ``.vmfb``. 3 = several ``.vmfb`` behind an index (format 1.1 only).
+
 Layout: ``magic(8) major(2) minor(2) kind(4) header_size(4) [metadata] [padding] body``.
 Readers of 1.0 skip to ``header_size`` and read the body as before.
 
@@ -34,7 +38,7 @@ FORMAT_MINOR = 1              # what this writer produces (minor 0: hipdnn-iree 
 FIXED_HEADER_SIZE = 20
 HEADER_SIZE = FIXED_HEADER_SIZE   # NOTE: kept for readers of the 0.1 name
 BODY_ALIGNMENT = 64           # IREE's VmModule.wrap_buffer needs the module this aligned
-KIND_GRAPH_FLATBUFFER = 1     # hipDNN graph FlatBuffer (fusilli's sample): not restored here
+KIND_GRAPH_FLATBUFFER = 1     # hipDNN graph FlatBuffer (what hipDNN's fusilli-provider writes): compiled on restore
 KIND_IREE_VMFB = 2
 KIND_MULTI_TARGET = 3
 KIND_NAMES = {KIND_GRAPH_FLATBUFFER: "hipDNN graph FlatBuffer", KIND_IREE_VMFB: "IREE .vmfb",
@@ -268,10 +272,9 @@ def unpack(payload, verify_key=None, envelope: bytes = b"") -> Fusplan:
         raise FusplanError(f"FUSPLAN payload has magic {bytes(magic)!r}, expected {MAGIC!r}")
     if major != FORMAT_MAJOR:
         raise FusplanError(f"FUSPLAN format major version {major} is not supported (this reader: {FORMAT_MAJOR})")
-    if kind not in (KIND_IREE_VMFB, KIND_MULTI_TARGET):
-        what = ("a hipDNN graph FlatBuffer (kind 1): restoring it needs compiling, which this reader does not do"
-                if kind == KIND_GRAPH_FLATBUFFER else f"kind {kind} is unknown")
-        raise FusplanError(f"FUSPLAN payload_kind {kind} is not supported: {what}; this reader loads kinds "
+    if kind not in KIND_NAMES:
+        raise FusplanError(f"FUSPLAN payload_kind {kind} is unknown; this reader loads kinds "
+                           f"{KIND_GRAPH_FLATBUFFER} (hipDNN graph FlatBuffer, compiled when restored), "
                            f"{KIND_IREE_VMFB} (IREE .vmfb) and {KIND_MULTI_TARGET} (one .vmfb per target)")
     if header_size < FIXED_HEADER_SIZE or header_size >= n:
         raise FusplanError(f"FUSPLAN header_size {header_size} is invalid for a {n}-byte payload "

@@ -17,7 +17,7 @@ import numpy as np
 from hipdnn_iree.plugin_sdk.version import __version__
 from hipdnn_iree.plugin_sdk.buffers import (BoundTensor, bind_device_pack, bind_variant_pack, empty_aligned,
                                   synchronize_producers)
-from hipdnn_iree.plugin_sdk.engine_ids import engine_id_from_name
+from hipdnn_iree.plugin_sdk.engine_ids import FUSILLI_ENGINE_ID, FUSILLI_ENGINE_NAME, engine_id_from_name
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.plugin_sdk.types import DataType
 from hipdnn_iree.plugins.iree_linalg import fusplan as _fusplan
@@ -191,10 +191,15 @@ class IreeLinalgPlugin:
         self.targets = tuple(parsed)
 
     # -- discovery ------------------------------------------------------------
-    engine_names = {ENGINE_ID: ENGINE_NAME}
+    # NOTE: the engine also answers for hipDNN's fusilli-provider id, so that plans whose envelope
+    # names FUSILLI_ENGINE (FUSPLAN kind 1, a hipDNN graph) restore here. Building keeps IREE_LINALG:
+    # get_applicable_engine_ids offers only that id, so heuristics never pick FUSILLI_ENGINE.
+    engine_names = {ENGINE_ID: ENGINE_NAME, FUSILLI_ENGINE_ID: FUSILLI_ENGINE_NAME}
+    # serialize_compiled_plan(payload=...): the envelope engine_id each payload form is written under
+    payload_engine_ids = {"compiled": ENGINE_ID, "hipdnn_graph": FUSILLI_ENGINE_ID}
 
     def get_all_engine_ids(self) -> list[int]:
-        return [ENGINE_ID]
+        return [ENGINE_ID, FUSILLI_ENGINE_ID]
 
     def get_applicable_engine_ids(self, op_graph: bytes) -> list[int]:
         from lowering import LOWERINGS, LoweringError, decode_graph
@@ -418,8 +423,23 @@ class IreeLinalgPlugin:
     accepts_plan_info = True
 
     def serialize_execution_context(self, ctx: IreeExecutionContext, engine_config=None, plan_info=None) -> bytes:
-        """FUSPLAN 1.1: kind 2 (one .vmfb) or kind 3 (one .vmfb per target) with the metadata block."""
+        """FUSPLAN 1.1: kind 2 (one .vmfb) or kind 3 (one .vmfb per target) with the metadata block.
+
+        With ``plan_info["payload"] == "hipdnn_graph"``: FUSPLAN 1.0 kind 1, the 20 fixed bytes then the
+        plan's hipDNN graph FlatBuffer, as hipDNN's fusilli-provider writes its plans (no metadata, so
+        no digest and no signature: its readers know neither)."""
         info = plan_info or {}
+        if info.get("payload", "compiled") == "hipdnn_graph":
+            graph = info.get("op_graph") or ctx.op_graph
+            if not graph:
+                raise HipdnnError(Status.NOT_SUPPORTED, "this plan does not carry its hipDNN graph (a plan restored "
+                                                        "from a file written before hipdnn-iree 0.3): it cannot be "
+                                                        "written as a hipDNN graph payload; rebuild it from its graph")
+            if info.get("signing_key") is not None:
+                raise HipdnnError(Status.NOT_SUPPORTED, "a hipDNN graph payload (FUSPLAN 1.0 kind 1, as the "
+                                                        "fusilli-provider reads it) has no room for a signature: "
+                                                        "serialize it without signing_key")
+            return _fusplan.pack(bytes(graph), _fusplan.KIND_GRAPH_FLATBUFFER, minor=0)
         variants = ctx.variants or ((ctx.target, ctx.vmfb, ctx.compiler_version),)
         devices = {"llvm-cpu": "local", "rocm": "hip", "cuda": "cuda"}
         compilers = sorted({v[2] for v in variants if v[2]})
@@ -443,6 +463,83 @@ class IreeLinalgPlugin:
     def destroy_serialized_execution_context(self, serialized) -> None:
         pass  # the bytes object is released by Python; nothing else is held
 
+    # -- FUSPLAN kind 1: a hipDNN graph, compiled when restored ----------------
+    def graph_from_serialized(self, serialized, plan_info=None) -> bytes:
+        """The checked hipDNN graph of a kind-1 payload, without compiling: the FUSPLAN header, then
+        the graph's bytes (bounds-checked decode), the node types and fields this engine honours, the
+        envelope's tensor_uids against the graph's, and a lowering pass that builds no module.
+
+        Every problem is a HipdnnError: PLUGIN_ERROR for damaged bytes, NOT_SUPPORTED for what this
+        engine does not run, BAD_PARAM for an envelope that disagrees with its graph."""
+        info = plan_info or {}
+        try:
+            plan = _fusplan.unpack(serialized)
+        except _fusplan.FusplanError as e:
+            raise HipdnnError(Status.PLUGIN_ERROR, str(e)) from None
+        if plan.payload_kind != _fusplan.KIND_GRAPH_FLATBUFFER:
+            raise HipdnnError(Status.PLUGIN_ERROR, f"FUSPLAN payload_kind {plan.payload_kind} "
+                                                   f"({_fusplan.KIND_NAMES[plan.payload_kind]}) holds no hipDNN graph")
+        return self._kind1_graph(plan, info)
+
+    def _kind1_graph(self, plan, info: dict) -> bytes:
+        from lowering import LOWERINGS, LoweringError, decode_graph
+        from lowering._lower import lower_graph
+        from lowering.graph_ir import unsupported_reason
+        what = "FUSPLAN payload_kind 1 (hipDNN graph FlatBuffer)"
+        graph = bytes(plan.body)
+        try:
+            desc = decode_graph(graph)
+        except LoweringError as e:
+            status = Status.NOT_SUPPORTED if e.kind == "unsupported" else Status.PLUGIN_ERROR
+            raise HipdnnError(status, f"{what}: the graph it holds cannot be read: {e}") from None
+        why = unsupported_reason(desc, tuple(LOWERINGS))
+        if why:
+            raise HipdnnError(Status.NOT_SUPPORTED, f"{what}: graph '{desc.name}' cannot be compiled by "
+                                                    f"{ENGINE_NAME}: {why}")
+        bound = [t.uid for t in desc.bound_tensors()]
+        if len(set(t.uid for t in desc.tensors)) != len(desc.tensors):
+            raise HipdnnError(Status.PLUGIN_ERROR, f"{what}: graph '{desc.name}' gives two tensors the same uid")
+        if "tensor_uids" in info and sorted(info["tensor_uids"]) != bound:
+            raise HipdnnError(Status.BAD_PARAM, f"envelope tensor_uids {sorted(info['tensor_uids'])} disagree with "
+                                                f"the plan payload's {bound} (the tensors its graph binds)")
+        try:
+            lower_graph(desc, str(self.target or "llvm-cpu:host"), verify=False, graph_bytes=graph)
+        except LoweringError as e:
+            status = {"unsupported": Status.NOT_SUPPORTED}.get(e.kind, Status.PLUGIN_ERROR)
+            raise HipdnnError(status, f"{what}: graph '{desc.name}' cannot be lowered: {e}") from None
+        except HipdnnError:
+            raise
+        except Exception as e:   # NOTE: a gap in the lowering's own checks; still a typed refusal
+            raise HipdnnError(Status.PLUGIN_ERROR, f"{what}: graph '{desc.name}' cannot be lowered "
+                                                   f"({type(e).__name__}: {e})") from None
+        return graph
+
+    def _restore_graph(self, graph: bytes) -> IreeExecutionContext:
+        """Builds the plan of a kind-1 payload through the normal build path (compile cache included)."""
+        missing = None
+        try:
+            import iree.compiler  # noqa: F401
+        except ImportError as e:
+            missing = str(e)
+        try:
+            ctx = self.create_execution_context(ENGINE_ID, graph, None)
+        except ImportError as e:
+            missing = missing or str(e)
+            ctx = None
+        except HipdnnError as e:
+            if missing is None or e.status != Status.NOT_SUPPORTED:
+                raise
+            ctx = None
+        if ctx is None:
+            raise HipdnnError(Status.NOT_SUPPORTED,
+                              "this plan holds a hipDNN graph (FUSPLAN kind 1, as hipDNN's fusilli-provider writes "
+                              "it), which is compiled when restored, and this process has no IREE compiler "
+                              f"({missing}): install it (pip install 'iree-base-compiler==3.13.*'), or upgrade the "
+                              "plan once where it is installed: hipdnn-iree upgrade IN OUT --target <target> "
+                              "(writes a compiled plan that restores without the compiler)")
+        ctx.op_graph = graph
+        return ctx
+
     def create_execution_context_from_serialized(self, serialized, plan_info=None) -> IreeExecutionContext:
         """Restores a FUSPLAN 1.0/1.1 payload. A memoryview payload (a mapped plan file) is imported
         in place: the module's bytes are not copied when they are 64-byte aligned (FORMATS.md)."""
@@ -460,6 +557,8 @@ class IreeLinalgPlugin:
             raise HipdnnError(Status.PLUGIN_ERROR, str(e)) from None
         except TypeError as e:
             raise HipdnnError(Status.BAD_PARAM, f"verify_key: {e}") from None
+        if plan.payload_kind == _fusplan.KIND_GRAPH_FLATBUFFER:
+            return self._restore_graph(self._kind1_graph(plan, info))
         if plan.metadata is not None and plan.payload_kind == _fusplan.KIND_IREE_VMFB:
             meta = plan.metadata
             self.check_plan_compatibility({"plugin_name": meta.plugin_name, "compiler_version": meta.compiler_version,
