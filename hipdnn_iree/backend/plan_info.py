@@ -42,6 +42,7 @@ class PlanInfo:
     module_fb_bytes: int = 0                                  # the VM bytecode FlatBuffer inside the .vmfb
     signature_verified: bool = False                          # read with a verify key, and the signature matched
     entries: list[dict] = field(default_factory=list)         # kind 3: {"target", "device", "offset", "bytes", ...}
+    graph: dict | None = None                                 # kind 1: {"name", "bytes", "nodes": [...]}
 
     @property
     def identity(self) -> dict:
@@ -86,6 +87,7 @@ class PlanInfo:
                 "payload_kind": head.payload_kind, "header_bytes": head.header_size,
                 "body_offset_in_file": env.payload_offset + head.header_size, "body_bytes": len(head.body),
                 "entries": self.entries},
+            "graph": self.graph,
             "module": None if not self.vmfb else {
                 "vmfb_bytes": len(self.vmfb), "module_fb_bytes": self.module_fb_bytes, "entry": self.entry, "functions": self.functions,
                 "declaration": self.declaration, "abi": self.abi, "targets": self.targets,
@@ -126,6 +128,9 @@ def read_plan(data: bytes, verify_key=None) -> PlanInfo:
         raise HipdnnError(Status.BAD_PARAM, f"verify_key: {e}") from None
     info.signature_verified = verify_key is not None
     head = info.fusplan
+    if head.payload_kind == _fusplan.KIND_GRAPH_FLATBUFFER:
+        _read_graph(info, bytes(head.body))
+        return info
     if head.payload_kind == _fusplan.KIND_MULTI_TARGET:
         body_at = env.payload_offset + head.header_size
         for e in head.entries:
@@ -142,6 +147,25 @@ def read_plan(data: bytes, verify_key=None) -> PlanInfo:
     _read_module(info)
     _read_archive(info)
     return info
+
+
+def _read_graph(info: PlanInfo, graph: bytes) -> None:
+    """A kind-1 plan: the hipDNN graph it holds (compiled when restored); tensors as the ABI would list them."""
+    from lowering.graph_ir import TABLE_NAMES, LoweringError, decode_graph
+    try:
+        desc = decode_graph(graph)
+    except LoweringError as e:
+        raise HipdnnError(Status.PLUGIN_ERROR, f"plugin payload: FUSPLAN kind 1: the hipDNN graph it holds cannot "
+                                               f"be read: {e}") from None
+    from lowering._dtypes import data_type_name
+    produced = desc.output_uids()
+    info.graph = {"name": desc.name, "bytes": len(graph),
+                  "nodes": [{"name": n.name, "type": TABLE_NAMES.get(int(n.kind), str(int(n.kind)))}
+                            for n in desc.nodes]}
+    info.abi = {"graph": desc.name, "target": "", "tensors": [
+        {"uid": t.uid, "name": t.name, "role": "output" if t.uid in produced else "input", "arg": i,
+         "data_type": data_type_name(t.data_type), "dims": list(t.dims), "strides": list(t.strides)}
+        for i, t in enumerate(desc.bound_tensors())]}
 
 
 def _read_module(info: PlanInfo) -> None:
@@ -227,6 +251,14 @@ def format_text(info: PlanInfo) -> str:
         for i, e in enumerate(head["entries"]):
             out.append(f"    [{i}] {e['target']:22} device {e['device']:5} {e['bytes']:>9} bytes at file offset "
                        f"{e['offset_in_file']} ({', '.join(e['executable_formats'])})")
+    if d["graph"] is not None:
+        gr = d["graph"]
+        out += [f"graph: '{gr['name']}', {gr['bytes']} bytes, hipDNN graph FlatBuffer: compiled when restored "
+                "(needs the IREE compiler); 'hipdnn-iree upgrade' writes a compiled plan",
+                "  nodes: " + ", ".join(f"{n['name']} ({n['type']})" for n in gr["nodes"]), "  tensors:"]
+        for t in info.tensors:
+            out.append(f"    uid {t['uid']}: {t['role']:6} {t['name']!r} {t['data_type']} dims {t['dims']} "
+                       f"strides {t['strides']}")
     if mod is not None:
         exe_bytes = sum(e["bytes"] for e in mod["executables"])
         out += [f"module{' [0]' if head and head['entries'] else ''}: {mod['vmfb_bytes']} bytes (bytecode {mod['module_fb_bytes']}, executables {exe_bytes}), "

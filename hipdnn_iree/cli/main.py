@@ -6,6 +6,7 @@ Usage (``hipdnn-iree COMMAND --help`` for each)::
     hipdnn-iree run PLAN --input UID=FILE.npy ... --output-dir DIR [--device local-task]
     hipdnn-iree bench PLAN [--device local-task] [-n 100]
     hipdnn-iree compile GRAPH.json [--target llvm-cpu:host] -o PLAN
+    hipdnn-iree upgrade IN OUT [--target llvm-cpu:host]
     hipdnn-iree cache {info,clear}
 
 Also ``python -m hipdnn_iree.cli``. Exit codes: 0 success; 1 the operation failed (compile
@@ -69,6 +70,19 @@ def _restore(path: str, device: str | None, verify_key_file: str | None):
     import hipdnn_iree as hd
     from hipdnn_iree.plugins.iree_linalg.targets import check_runs_on, parse_target
     data, info = _load_plan(path, verify_key_file)
+    if info.graph is not None:   # FUSPLAN kind 1: a hipDNN graph, compiled for the device when restored
+        device = device or _DEFAULT_DEVICE["llvm-cpu"]
+        try:
+            handle = hd.create_handle(device=device)
+        except HipdnnError as e:
+            raise CliError(EXIT_DEVICE, f"device '{device}': {e.message}") from None
+        t0 = time.perf_counter()
+        try:
+            graph = hd.Graph.from_compiled_plan(handle, data)
+        except HipdnnError as e:
+            raise CliError(EXIT_FAILED if e.status == Status.NOT_SUPPORTED else EXIT_BAD_PLAN,
+                           f"cannot restore '{path}' on device '{device}': {e.message}") from None
+        return handle, graph, info, time.perf_counter() - t0
     try:
         target = parse_target(info.target)
     except HipdnnError as e:
@@ -292,6 +306,47 @@ def cmd_compile(args) -> int:
     return EXIT_OK
 
 
+def cmd_upgrade(args) -> int:
+    """A kind-1 plan (a hipDNN graph, as hipDNN's fusilli-provider writes) -> a compiled plan."""
+    import hipdnn_iree as hd
+    from hipdnn_iree.plugins.iree_linalg.fusplan import KIND_GRAPH_FLATBUFFER, KIND_NAMES
+    data, info = _load_plan(args.input)
+    kind = info.fusplan.payload_kind
+    if kind != KIND_GRAPH_FLATBUFFER:
+        raise CliError(EXIT_USAGE, f"'{args.input}' is already a compiled plan (FUSPLAN kind {kind}: "
+                                   f"{KIND_NAMES[kind]}, target {info.target or '?'}): nothing to upgrade")
+    targets = [t.strip() for t in args.target.split(",") if t.strip()]
+    try:
+        handle = hd.create_handle(device=None, target=targets if len(targets) > 1 else args.target,
+                                  cache=False if args.no_cache else None)
+    except HipdnnError as e:
+        raise CliError(EXIT_USAGE, f"--target {args.target!r}: {e.message}") from None
+    t0 = time.perf_counter()
+    try:
+        graph = hd.Graph.from_compiled_plan(handle, data)
+        out = graph.serialize_compiled_plan(_key(args.signing_key_file, "key file"))
+    except HipdnnError as e:
+        code = EXIT_BAD_PLAN if e.status in (Status.BAD_PARAM, Status.PLUGIN_ERROR) else EXIT_FAILED
+        raise CliError(code, f"upgrading '{args.input}' for {args.target} failed: {e.message}") from None
+    seconds = time.perf_counter() - t0
+    try:
+        hd.save_plan(args.output, out)
+    except HipdnnError as e:
+        raise CliError(EXIT_USAGE, e.message) from None
+    from hipdnn_iree.backend.plan_info import read_plan
+    new = read_plan(out)
+    default = " (the default; --target rocm:<gfx> for an AMD GPU)" if args.target == _UPGRADE_DEFAULT_TARGET else ""
+    print(f"upgraded {args.input} (engine {info.engine_name}, FUSPLAN kind 1, hipDNN graph '{info.graph['name']}', "
+          f"{info.file_bytes} bytes)\n"
+          f"  -> {args.output}: {len(out)} bytes, engine {new.engine_name}, FUSPLAN kind {new.fusplan.payload_kind} "
+          f"({KIND_NAMES[new.fusplan.payload_kind]}), target {','.join(handle.targets)}{default}, compiled in "
+          f"{seconds:.2f} s")
+    return EXIT_OK
+
+
+_UPGRADE_DEFAULT_TARGET = "llvm-cpu:host"
+
+
 def _check_iree_flags(flags) -> None:
     try:
         from iree.compiler.api import Session
@@ -369,6 +424,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true", help="always compile (skip the persistent compile cache)")
     p.add_argument("--iree-flag", action="append", metavar="FLAG", help="extra iree-compile flag, written --iree-flag=--iree-opt-level=O3 (repeatable)")
     p.add_argument("--signing-key-file", metavar="FILE", help="sign the plan (HMAC-SHA256) with this key")
+
+    p = add("upgrade", "Compile a plan that holds a hipDNN graph (FUSPLAN kind 1, as hipDNN's fusilli-provider "
+            "and serialize_compiled_plan(payload='hipdnn_graph') write) into a compiled plan (kind 2, or 3 for "
+            "several targets) that restores without the IREE compiler.", cmd_upgrade)
+    p.add_argument("input", metavar="IN", help="kind-1 plan file")
+    p.add_argument("output", metavar="OUT", help="compiled plan file to write (atomically)")
+    p.add_argument("--target", default=_UPGRADE_DEFAULT_TARGET,
+                   help="llvm-cpu[:<cpu>], rocm:<gfx>, cuda:<sm>, or a comma-separated list (default "
+                        f"{_UPGRADE_DEFAULT_TARGET}, as for 'compile'; a kind-1 plan names no device, so say "
+                        "rocm:<gfx> for an AMD GPU, llvm-cpu:x86-64-v3 for a CPU plan that travels)")
+    p.add_argument("--no-cache", action="store_true", help="always compile (skip the persistent compile cache)")
+    p.add_argument("--signing-key-file", metavar="FILE", help="sign the compiled plan (HMAC-SHA256) with this key")
 
     p = add("cache", "Show or clear the persistent compile cache.", cmd_cache)
     p.add_argument("action", choices=("info", "clear"))
