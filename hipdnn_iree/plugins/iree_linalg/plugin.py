@@ -249,8 +249,11 @@ class IreeLinalgPlugin:
         has_double = any(t.data_type == DataType.DOUBLE for t in desc.tensors) or any(
             n.compute_data_type == DataType.DOUBLE for n in desc.nodes) or desc.compute_data_type == DataType.DOUBLE
         conv_ranks = [len(desc.tensor(n.attrs.x_uid).dims) - 2 for n in desc.nodes if n.kind == OpKind.CONV_FPROP]
+        low = (DataType.HALF, DataType.BFLOAT16)
+        f32_only = not any(t.data_type in low for t in desc.tensors) and not any(
+            n.compute_data_type in low for n in desc.nodes) and desc.compute_data_type not in low
         flags = tuple(self.compile_flags) + tuple(self.target.graph_flags([n.kind for n in desc.nodes], has_double,
-                                                                          conv_ranks))
+                                                                          conv_ranks, f32_only))
         store = _cache.resolve(self.cache)
         key = store.key_for(op_graph, self.target, flags) if store is not None else None
         hit = store.get(key) if store is not None else None
