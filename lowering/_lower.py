@@ -52,6 +52,7 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
     (base64): a restored plan can then be checked against the reference (hipdnn_iree/backend/selfcheck.py)."""
     if not graph.nodes:
         raise LoweringError(f"graph '{graph.name}' has no nodes")
+    _check_sizes(graph)
     produced = graph.output_uids()
     bound = graph.bound_tensors()
     em = Emitter()
@@ -114,6 +115,27 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
     if verify:
         verify_mlir(text)
     return Lowered(text, abi)
+
+
+# NOTE: what any target can address (x86-64 user space); the frontend refuses larger tensors at
+# validate(), this catches graphs that arrive as bytes (kind-1 plans, hipDNN graphs).
+MAX_TENSOR_BYTES = 2**47
+
+
+def _check_sizes(graph: GraphDesc) -> None:
+    from lowering._emit import _FLOAT_WIDTH, _INT_WIDTH
+    for t in graph.tensors:
+        if not t.dims:
+            continue
+        strides = t.strides if len(t.strides) == len(t.dims) else [1] * len(t.dims)
+        span = 1 + sum((d - 1) * abs(s) for d, s in zip(t.dims, strides)) if all(d > 0 for d in t.dims) else 0
+        try:
+            bits = {**_FLOAT_WIDTH, **_INT_WIDTH}[element_type(t.data_type)]
+        except (KeyError, LoweringError):
+            bits = 8
+        if max(span, 1) * max(bits // 8, 1) > MAX_TENSOR_BYTES or any(d >= 2**62 for d in t.dims):
+            raise LoweringError(f"tensor '{t.name}' (uid {t.uid}): dims {list(t.dims)} span more than "
+                                f"{MAX_TENSOR_BYTES} bytes (2**47), more than a target can address")
 
 
 def verify_mlir(text: str) -> None:

@@ -173,8 +173,18 @@ def _resample_graph() -> bytes:
     return encode_graph(GraphDesc("pool", int(F), int(F), int(F), t, (NodeDesc("pool1", int(F), at),)))
 
 
+def _huge_graph() -> bytes:
+    """A consistent graph whose tensors no target can address (the frontend refuses it at validate)."""
+    from lowering.graph_ir import ATTRS_BY_KIND, GraphDesc, NodeDesc, OpKind, TensorDesc, encode_graph
+    n = 2**40
+    at = ATTRS_BY_KIND[OpKind.POINTWISE](operation=int(hd.PointwiseMode.RELU_FWD), in_0_uid=0, out_0_uid=1)
+    t = (TensorDesc(0, "x", int(F), (n, n), (n, 1)), TensorDesc(1, "y", int(F), (n, n), (n, 1)))
+    return encode_graph(GraphDesc("huge", int(F), int(F), int(F), t, (NodeDesc("relu", int(F), at),)))
+
+
 @pytest.mark.parametrize("plan,status,match", [
     (lambda: _fusilli_plan(_resample_graph(), uids=(0, 1)), S.NOT_SUPPORTED, "RESAMPLE"),
+    (lambda: _fusilli_plan(_huge_graph(), uids=(0, 1)), S.PLUGIN_ERROR, "more than a target can address"),
     (lambda: _fusilli_plan(_rfc_matmul().to_hipdnn_graph(), uids=(0, 1, 7)), S.BAD_PARAM, "tensor_uids"),
     (lambda: _fusilli_plan(b"not a graph at all"), S.PLUGIN_ERROR, "payload_kind 1"),
     (lambda: _fusilli_plan(_rfc_matmul().to_hipdnn_graph()[:60]), S.PLUGIN_ERROR, "cannot be read"),
