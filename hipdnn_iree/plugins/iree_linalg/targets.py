@@ -62,7 +62,9 @@ class Target:
         # NOTE: data tiling only for graphs whose floating-point tensors are all f32: with f16/bf16
         # IREE 3.13 fails to compile causal sdpa and im2col'd convs ("'linalg.pack' op expected
         # padding_value has 'i8' but got: 'i1'"); not measured there, so not used there.
-        if self.backend == "llvm-cpu" and f32_only:
+        # NOTE: nor for graphs with sdpa: data tiling slowed the CPU attention composition 6x (BERT-base
+        # attention 6.8 -> 40.7 ms, Llama GQA 8.3 -> 11.6 ms; docs/benchmarks/flags.md).
+        if self.backend == "llvm-cpu" and f32_only and OpKind.SDPA not in kinds:
             flags += list(CPU_FLAGS)
             if conv_ranks and set(conv_ranks) == {1}:
                 flags += list(CPU_CONV1D_FLAGS)
