@@ -293,7 +293,8 @@ def test_dgrad_golden(cpu):
     dy = g.tensor(name="dY", uid=1, dim=[2, 6, 4, 4])
     w = g.tensor(name="W", uid=2, dim=[6, 4, 3, 3])
     g.conv_dgrad(dy, w, padding=[1, 1], stride=[2, 2]).set_dim([2, 4, 8, 8]).set_output(True).set_uid(3)
-    filecheck(lowered_mlir(g, cpu), r"""
+    # NOTE: the channels-first form GPU targets compile (CPUs: test_dgrad_golden_channels_last_on_cpu)
+    filecheck(lowered_mlir(g, cpu, target="rocm:gfx942"), r"""
 // CHECK: %[[Z:.+]] = linalg.fill {{.*}} -> tensor<2x6x10x10xf32>
 // CHECK: %[[S:.+]] = tensor.insert_slice %arg0 into %[[Z]][0, 0, 1, 1] [2, 6, 4, 4] [1, 1, 2, 2] : tensor<2x6x4x4xf32> into tensor<2x6x10x10xf32>
 // CHECK: %[[WF:.+]] = linalg.generic {{.*}} outs(%{{.+}} : tensor<4x6x3x3xf32>)
@@ -305,6 +306,22 @@ def test_dgrad_golden(cpu):
 // CHECK: %[[QF:.+]] = arith.subi %{{.+}}, %[[Q]] : index
 // CHECK: tensor.extract %arg1[%[[K]], %[[C]], %[[RF]], %[[QF]]] : tensor<6x4x3x3xf32>
 // CHECK: linalg.conv_2d_nchw_fchw {dilations = dense<[1, 1]> : tensor<2xi64>, strides = dense<[1, 1]> : tensor<2xi64>} ins(%[[S]], %[[WF]] : tensor<2x6x10x10xf32>, tensor<4x6x3x3xf32>) outs(%{{.+}} : tensor<2x4x8x8xf32>)
+""")
+
+
+def test_dgrad_golden_channels_last_on_cpu(cpu):
+    """CPUs: the same scattered-dy correlation in conv_fprop's channels-last form."""
+    g = hd.Graph(io_data_type=F)
+    dy = g.tensor(name="dY", uid=1, dim=[2, 6, 4, 4])
+    w = g.tensor(name="W", uid=2, dim=[6, 4, 3, 3])
+    g.conv_dgrad(dy, w, padding=[1, 1], stride=[2, 2]).set_dim([2, 4, 8, 8]).set_output(True).set_uid(3)
+    filecheck(lowered_mlir(g, cpu), r"""
+// CHECK: %[[S:.+]] = tensor.insert_slice %arg0 into %{{.+}}[0, 0, 1, 1] [2, 6, 4, 4] [1, 1, 2, 2] : tensor<2x6x4x4xf32> into tensor<2x6x10x10xf32>
+// CHECK: tensor.extract %arg1
+// CHECK: %[[SC:.+]] = linalg.transpose ins(%[[S]] : tensor<2x6x10x10xf32>) {{.*}} permutation = [0, 2, 3, 1]
+// CHECK: util.optimization_barrier %[[SC]] : tensor<2x10x10x6xf32>
+// CHECK: util.optimization_barrier %{{.+}} : tensor<3x3x6x4xf32>
+// CHECK: linalg.conv_2d_nhwc_hwcf {dilations = dense<[1, 1]> : tensor<2xi64>, strides = dense<[1, 1]> : tensor<2xi64>} ins(%{{.+}}, %{{.+}} : tensor<2x10x10x6xf32>, tensor<3x3x6x4xf32>) outs(%{{.+}} : tensor<2x8x8x4xf32>)
 """)
 
 

@@ -329,6 +329,7 @@ def _cl_pad(em: Emitter, v: Value, pre: Sequence[int], extent: Sequence[int]) ->
 
 
 _LIFT_1D = True
+_DGRAD_CHANNELS_LAST = True
 
 
 def cpu_channels_last(target: str, groups: int, w_dims: Sequence[int]) -> bool:
@@ -490,6 +491,12 @@ def lower_conv_dgrad(ctx: LowerContext, node: NodeDesc) -> None:
     extent = [i + (k - 1) * d for i, k, d in zip(dx_dims[2:], kern, p.dilation)]
     z = _place(em, dy, low, p.stride, extent)
     filt = _dgrad_filter(em, w, groups)
+    if _DGRAD_CHANNELS_LAST and groups == 1 and cpu_channels_last(ctx.target, 1, w.shape):
+        # NOTE: the same stride-1 correlation in the channels-last form conv_fprop uses on CPUs
+        # (the flipped filter [C, K, *R] is its "w"; docs/benchmarks/flags.md has the figures)
+        unit = ConvParams(pre=(0,) * p.rank, post=(0,) * p.rank, stride=(1,) * p.rank, dilation=p.dilation)
+        ctx.define(at.x_uid, _conv_channels_last(em, z, filt, 1, unit, dx_dims[2:], acc))
+        return
     ctx.define(at.x_uid, _conv(em, z, filt, groups, [1] * p.rank, p.dilation, dx_dims[2:], acc))
 
 
