@@ -73,7 +73,7 @@ FUSED = [
     (matmul_bias_gelu, 1),
     (layernorm_matmul, 4),
     (sdpa_causal, 4),   # CPU: the composition (GPU targets: the fused op, 2 dispatches)
-    (conv_fprop_dgrad_wgrad, 11),   # CPU: channels-last fprop and dgrad, each filter relayout a dispatch of its own
+    (conv_fprop_dgrad_wgrad, 13),   # CPU: fprop, dgrad and wgrad channels-last, each relayout a dispatch of its own
 ]
 
 

@@ -330,6 +330,7 @@ def _cl_pad(em: Emitter, v: Value, pre: Sequence[int], extent: Sequence[int]) ->
 
 _LIFT_1D = True
 _DGRAD_CHANNELS_LAST = True
+_WGRAD_CHANNELS_LAST = True
 
 
 def cpu_channels_last(target: str, groups: int, w_dims: Sequence[int]) -> bool:
@@ -525,5 +526,11 @@ def lower_conv_wgrad(ctx: LowerContext, node: NodeDesc) -> None:
         xg = em.transpose(_split(em, xp, 1, (groups, cg)), [2, 1, 0, *[a + 1 for a in sp]])  # [Cg, G, N, *ext]
         xs = _merge(em, xg, 1)                                              # [Cg, G*N, *ext]
         filt = _split(em, em.transpose(dy, [1, 0, *sp]), 0, (groups, dw_dims[0] // groups))  # [G, Kg, N, *O]
+    if _WGRAD_CHANNELS_LAST and groups == 1 and cpu_channels_last(ctx.target, 1, dw_dims):
+        # NOTE: the same swapped correlation in conv_fprop's channels-last form on CPUs
+        swapped = ConvParams(pre=(0,) * rank, post=(0,) * rank, stride=p.dilation, dilation=p.stride)
+        res = _conv_channels_last(em, xs, filt, 1, swapped, kern, acc)    # [C, K, *R]
+        ctx.define(at.w_uid, em.transpose(res, [1, 0, *sp]))
+        return
     res = _conv(em, xs, filt, groups, p.dilation, p.stride, kern, acc)      # [Cg, K, *R]
     ctx.define(at.w_uid, em.transpose(res, [1, 0, *sp]))
