@@ -207,7 +207,8 @@ def test_fprop_golden_grouped_nhwc(cpu):
     # NOTE: an NCHW output set explicitly (left unset, it would follow x's channels-last layout)
     g.conv_fprop(x, w, pre_padding=[1, 0], post_padding=[0, 2], stride=[2, 2],
                  dilation=[1, 2]).set_output(True).set_uid(3).set_stride([96, 16, 4, 1])
-    filecheck(lowered_mlir(g, cpu), r"""
+    # NOTE: the channels-first form GPU targets compile (CPUs: test_fprop_golden_grouped_split_on_cpu)
+    filecheck(lowered_mlir(g, cpu, target="rocm:gfx942"), r"""
 // CHECK: func.func @main(%[[X:.+]]: tensor<2x9x9x8xf16>, %[[W:.+]]: tensor<6x4x3x3xf16>, %{{.+}}: tensor<2x6x4x4xf16> {iree.abi.output = 0 : index})
 // CHECK: %[[XT:.+]] = linalg.transpose ins(%[[X]] : tensor<2x9x9x8xf16>) {{.*}} permutation = [0, 3, 1, 2]
 // CHECK: %[[CROP:.+]] = tensor.extract_slice %[[XT]][0, 0, 0, 0] [2, 8, 8, 9] [1, 1, 1, 1]
@@ -285,6 +286,25 @@ def test_fprop_golden_channels_last_cpu(cpu):
 // CHECK: %[[WB:.+]] = util.optimization_barrier %{{.+}} : tensor<3x3x8x2xf32>
 // CHECK: %[[Y:.+]] = linalg.depthwise_conv_2d_nhwc_hwcm {{.*}} outs(%{{.+}} : tensor<2x9x9x8x2xf32>)
 // CHECK: tensor.collapse_shape %[[Y]] {{\[}}[0], [1], [2], [3, 4]] : tensor<2x9x9x8x2xf32> into tensor<2x9x9x16xf32>
+""")
+
+
+def test_fprop_golden_grouped_split_on_cpu(cpu):
+    """CPUs: a grouped 2-D conv is one channels-last conv_2d_nhwc_hwcf per group on channel slices."""
+    g = hd.Graph(io_data_type=H, compute_data_type=F)
+    x = g.tensor(name="X", uid=1, dim=[2, 8, 9, 9], stride=_strides([2, 8, 9, 9], "nhwc"))
+    w = g.tensor(name="W", uid=2, dim=[6, 4, 3, 3])
+    g.conv_fprop(x, w, pre_padding=[1, 0], post_padding=[0, 2], stride=[2, 2], dilation=[1, 2]).set_output(True).set_uid(3)
+    filecheck(lowered_mlir(g, cpu), r"""
+// CHECK: %[[XP:.+]] = tensor.pad %{{.+}} low[0, 1, 0, 0] high[0, 0, 2, 0]
+// CHECK: %[[WT:.+]] = util.optimization_barrier %{{.+}} : tensor<3x3x4x6xf16>
+// CHECK: %[[X0:.+]] = tensor.extract_slice %[[XP]][0, 0, 0, 0] [2, 9, 11, 4] [1, 1, 1, 1]
+// CHECK: %[[W0:.+]] = tensor.extract_slice %[[WT]][0, 0, 0, 0] [3, 3, 4, 3] [1, 1, 1, 1]
+// CHECK: linalg.conv_2d_nhwc_hwcf {dilations = dense<[1, 2]> : tensor<2xi64>, strides = dense<[2, 2]> : tensor<2xi64>} ins(%[[X0]], %[[W0]] : tensor<2x9x11x4xf16>, tensor<3x3x4x3xf16>) outs(%{{.+}} : tensor<2x4x4x3xf32>)
+// CHECK: tensor.insert_slice %{{.+}} into %{{.+}}[0, 0, 0, 0] [2, 4, 4, 3]
+// CHECK: %[[X1:.+]] = tensor.extract_slice %[[XP]][0, 0, 0, 4] [2, 9, 11, 4] [1, 1, 1, 1]
+// CHECK: linalg.conv_2d_nhwc_hwcf
+// CHECK: tensor.insert_slice %{{.+}} into %{{.+}}[0, 0, 0, 3] [2, 4, 4, 3]
 """)
 
 

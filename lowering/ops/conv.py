@@ -331,6 +331,12 @@ def _cl_pad(em: Emitter, v: Value, pre: Sequence[int], extent: Sequence[int]) ->
 _LIFT_1D = True
 _DGRAD_CHANNELS_LAST = True
 _WGRAD_CHANNELS_LAST = True
+_GROUPED_CHANNELS_LAST = True
+# NOTE: grouped 2-D convs on CPUs: one conv_2d_nhwc_hwcf per group beat conv_2d_ngchw_gfchw 2.5-20x and
+# conv_2d_nhwgc_gfhwc 2-22x (G 2 and 32, docs/benchmarks/flags.md); past 64 groups (unmeasured, and
+# as many dispatches) the single nhwgc op is used.
+_GROUPED_SPLIT = True
+_GROUPED_SPLIT_MAX = 64
 
 
 def cpu_channels_last(target: str, groups: int, w_dims: Sequence[int]) -> bool:
@@ -401,6 +407,66 @@ def _conv_channels_last(em: Emitter, x: Value, w: Value, groups: int, p: ConvPar
     return em.transpose(res, [0, rank + 1, *range(1, rank + 1)])
 
 
+def _conv_grouped_channels_last(em: Emitter, x: Value, w: Value, groups: int, p: ConvParams,
+                                out_sp: Sequence[int], acc: str) -> Value:
+    """Grouped 2-D conv_fprop (1 < G < C) on CPUs: ``linalg.conv_2d_nhwgc_gfhwc`` on x as
+    ``[N, H, W, G, Cg]`` and the filter as ``[G, Kg, R, S, Cg]``, each relaid out as in
+    ``_conv_channels_last``. Returns the logical ``[N, K, *O]``."""
+    n, c = x.shape[0], x.shape[1]
+    k, cg, kern = w.shape[0], w.shape[1], w.shape[2:]
+    kg = k // groups
+    to_cl = [0, 2, 3, 1]
+    xc = em.transpose(x, to_cl)
+    if not _transposed_arg(em, x, to_cl):
+        xc = _barrier(em, xc)
+    extent = [(o - 1) * s + (r - 1) * d + 1 for o, r, s, d in zip(out_sp, kern, p.stride, p.dilation)]
+    xp = _split(em, _cl_pad(em, xc, p.pre, extent), 3, (groups, cg))               # [N, H, W, G, Cg]
+    filt = _barrier(em, em.transpose(_split(em, w, 0, (groups, kg)), [0, 1, 3, 4, 2]))   # [G, Kg, R, S, Cg]
+    attrs = (f"{{dilations = dense<[{_ints(p.dilation)}]> : tensor<2xi64>, "
+             f"strides = dense<[{_ints(p.stride)}]> : tensor<2xi64>}}")
+    out_shape = (n, *out_sp, groups, kg)
+    init = em.filled(out_shape, acc, 0.0)
+    t = tensor_type(out_shape, acc)
+    name = em.op(f"linalg.conv_2d_nhwgc_gfhwc {attrs} ins({xp.ssa}, {filt.ssa} : {xp.type}, {filt.type}) "
+                 f"outs({init} : {t}) -> {t}", "conv")
+    res = _merge(em, Value(name, out_shape, acc), 3)                                # [N, *O, K]
+    return em.transpose(res, [0, 3, 1, 2])
+
+
+def _conv_grouped_split(em: Emitter, x: Value, w: Value, groups: int, p: ConvParams,
+                        out_sp: Sequence[int], acc: str) -> Value:
+    """Grouped 2-D conv_fprop on CPUs as ``groups`` ungrouped ``conv_2d_nhwc_hwcf`` on channel slices
+    of the channels-last x and of the ``[R, S, Cg, K]`` filter, inserted into one output."""
+    n = x.shape[0]
+    k, cg, kern = w.shape[0], w.shape[1], w.shape[2:]
+    kg = k // groups
+    to_cl = [0, 2, 3, 1]
+    xc = em.transpose(x, to_cl)
+    if not _transposed_arg(em, x, to_cl):
+        xc = _barrier(em, xc)
+    extent = [(o - 1) * s + (r - 1) * d + 1 for o, r, s, d in zip(out_sp, kern, p.stride, p.dilation)]
+    xp = _cl_pad(em, xc, p.pre, extent)                                             # [N, Hp, Wp, C]
+    filt = _barrier(em, em.transpose(w, [2, 3, 1, 0]))                              # [R, S, Cg, K]
+    attrs = (f"{{dilations = dense<[{_ints(p.dilation)}]> : tensor<2xi64>, "
+             f"strides = dense<[{_ints(p.stride)}]> : tensor<2xi64>}}")
+    out_shape = (n, *out_sp, k)
+    out = em.empty(out_shape, acc)
+    part_shape = (n, *out_sp, kg)
+    xs_shape, fs_shape = (n, *extent, cg), (*kern, cg, kg)
+    for g in range(groups):
+        xs = em.op(f"tensor.extract_slice {xp.ssa}[0, 0, 0, {g * cg}] [{_ints(xs_shape)}] [1, 1, 1, 1] "
+                   f": {xp.type} to {tensor_type(xs_shape, xp.elem)}", "xg")
+        fs = em.op(f"tensor.extract_slice {filt.ssa}[0, 0, 0, {g * kg}] [{_ints(fs_shape)}] [1, 1, 1, 1] "
+                   f": {filt.type} to {tensor_type(fs_shape, filt.elem)}", "wg")
+        init = em.filled(part_shape, acc, 0.0)
+        t = tensor_type(part_shape, acc)
+        part = em.op(f"linalg.conv_2d_nhwc_hwcf {attrs} ins({xs}, {fs} : {tensor_type(xs_shape, xp.elem)}, "
+                     f"{tensor_type(fs_shape, filt.elem)}) outs({init} : {t}) -> {t}", "conv")
+        out = em.op(f"tensor.insert_slice {part} into {out}[0, 0, 0, {g * kg}] [{_ints(part_shape)}] [1, 1, 1, 1] "
+                    f": {t} into {tensor_type(out_shape, acc)}", "yg")
+    return em.transpose(Value(out, out_shape, acc), [0, 3, 1, 2])
+
+
 def _check_float(node: NodeDesc, *vals: Value) -> None:
     for v in vals:
         if v.elem not in FLOAT_TYPES:
@@ -436,6 +502,11 @@ def lower_conv_fprop(ctx: LowerContext, node: NodeDesc) -> None:
     out_sp, kern = y_dims[2:], w.shape[2:]
     if cpu_channels_last(ctx.target, groups, w.shape):
         ctx.define(at.y_uid, _conv_channels_last(em, x, w, groups, p, out_sp, acc))
+        return
+    if _GROUPED_CHANNELS_LAST and p.rank == 2 and ctx.target.startswith("llvm-cpu"):
+        form = (_conv_grouped_split if _GROUPED_SPLIT and groups <= _GROUPED_SPLIT_MAX
+                else _conv_grouped_channels_last)
+        ctx.define(at.y_uid, form(em, x, w, groups, p, out_sp, acc))
         return
     extent = [(o - 1) * s + (k - 1) * d + 1 for o, k, s, d in zip(out_sp, kern, p.stride, p.dilation)]
     xp = _place(em, x, p.pre, [1] * p.rank, extent)
