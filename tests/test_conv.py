@@ -528,3 +528,22 @@ def test_attribute_types_and_int_shorthand():
     y = g.conv_fprop(x, w, padding=1, stride=2).set_output(True)   # one int: every spatial dim
     g.validate()
     assert y.get_dim() == [1, 4, 4, 4]
+
+
+@pytest.mark.parametrize("groups,channels", [(65, 130), (4, 16)])
+def test_grouped_conv_cpu_forms_match_the_reference(cpu, rng, groups, channels):
+    """Both CPU grouped forms (per-group convs up to 64 groups, conv_2d_nhwgc_gfhwc past that) against
+    the numpy reference, channels-last tensors, stride 2 and asymmetric padding."""
+    from harness import compare_engines, random_array
+
+    def build():
+        g = hd.Graph(io_data_type=F)
+        x = g.tensor(name="X", uid=1, dim=[2, channels, 7, 7], stride=_strides([2, channels, 7, 7], "nhwc"))
+        w = g.tensor(name="W", uid=2, dim=[channels, 2 if groups == 65 else 4, 3, 3])
+        y = g.conv_fprop(x, w, pre_padding=[1, 0], post_padding=[0, 1], stride=[2, 2]).set_output(True).set_uid(3)
+        return g, {3: y}
+
+    cg = 2 if groups == 65 else 4
+    inputs = {1: random_array([2, channels, 7, 7], F, rng, strides=_strides([2, channels, 7, 7], "nhwc")),
+              2: random_array([channels, cg, 3, 3], F, rng)}
+    compare_engines(build, inputs, cpu)
