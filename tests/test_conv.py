@@ -51,6 +51,9 @@ GEOMETRIES = [
     ("3d-ncdhw-bf16", [1, 3, 5, 6, 7], [4, 3, 2, 3, 3], dict(padding=[1, 1, 1], stride=[1, 2, 2]), B, "ncdhw"),
     ("3d-ndhwc-f32-groups-asym-dil", [1, 4, 5, 6, 6], [4, 2, 3, 2, 2],
      dict(pre_padding=[1, 0, 1], post_padding=[1, 1, 0], stride=[2, 1, 1], dilation=[1, 2, 1]), F, "ndhwc"),
+    # ungrouped 3-D on CPUs: KD 2-D convs, so depth stride, dilation and asymmetric depth padding matter
+    ("3d-ndhwc-f32-depth-stride-dil", [2, 3, 9, 5, 6], [4, 3, 3, 2, 3],
+     dict(pre_padding=[2, 1, 0], post_padding=[0, 0, 1], stride=[2, 1, 2], dilation=[2, 1, 1]), F, "ndhwc"),
     # padding wider than a 1x1 kernel (reads pure padding; dgrad crops), odd permutation
     ("2d-chwn-f32-1x1-widepad", [3, 4, 7, 8], [5, 4, 1, 1], dict(padding=[2, 0], stride=[2, 3]), F, "chwn"),
 ]
@@ -547,3 +550,17 @@ def test_grouped_conv_cpu_forms_match_the_reference(cpu, rng, groups, channels):
     inputs = {1: random_array([2, channels, 7, 7], F, rng, strides=_strides([2, channels, 7, 7], "nhwc")),
               2: random_array([channels, cg, 3, 3], F, rng)}
     compare_engines(build, inputs, cpu)
+
+
+def test_fprop_golden_3d_as_2d_convs_on_cpu(cpu):
+    """CPUs: an ungrouped 3-D conv is KD channels-last 2-D convs accumulating into one output (depth
+    folded into the batch); GPU targets keep conv_3d_ncdhw_fcdhw."""
+    g = hd.Graph(io_data_type=F)
+    x = g.tensor(name="X", uid=1, dim=[2, 4, 6, 5, 5], stride=_strides([2, 4, 6, 5, 5], "ndhwc"))
+    w = g.tensor(name="W", uid=2, dim=[8, 4, 3, 3, 3], stride=_strides([8, 4, 3, 3, 3], "ndhwc"))
+    g.conv_fprop(x, w, padding=[1, 1, 1], stride=[2, 1, 1]).set_output(True).set_uid(3)
+    checks = "\n".join(
+        f"// CHECK: tensor.extract_slice %{{{{.+}}}}[0, {kd}, 0, 0, 0] [2, 3, 7, 7, 4] [1, 2, 1, 1, 1]\n"
+        f"// CHECK: linalg.conv_2d_nhwc_hwcf {{{{.*}}}} outs(%{{{{.+}}}} : tensor<6x5x5x8xf32>)" for kd in range(3))
+    filecheck(lowered_mlir(g, cpu), checks + "\n// CHECK-NOT: linalg.conv_3d\n")
+    assert "linalg.conv_3d_ncdhw_fcdhw" in lowered_mlir(g, cpu, target="rocm:gfx942")

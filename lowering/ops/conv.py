@@ -336,6 +336,7 @@ _GROUPED_CHANNELS_LAST = True
 # conv_2d_nhwgc_gfhwc 2-22x (G 2 and 32, docs/benchmarks/flags.md); past 64 groups (unmeasured, and
 # as many dispatches) the single nhwgc op is used.
 _GROUPED_SPLIT = True
+_CONV3D_AS_2D = True
 _GROUPED_SPLIT_MAX = 64
 
 
@@ -467,6 +468,41 @@ def _conv_grouped_split(em: Emitter, x: Value, w: Value, groups: int, p: ConvPar
     return em.transpose(Value(out, out_shape, acc), [0, 3, 1, 2])
 
 
+def _conv3d_as_2d(em: Emitter, x: Value, w: Value, p: ConvParams, out_sp: Sequence[int], acc: str) -> Value:
+    """Ungrouped 3-D conv_fprop on CPUs as KD channels-last 2-D convs accumulating into one output:
+    ``y[n, od] = sum_kd conv2d(x_pad[n, od*stride_d + kd*dilation_d], w[:, :, kd])``, depth folded into
+    the batch. IREE's 2-D ``conv_2d_nhwc_hwcf`` code is many times its 3-D one on CPUs."""
+    n, k = x.shape[0], w.shape[0]
+    c, kd_n = x.shape[1], w.shape[2]
+    to_cl = [0, 2, 3, 4, 1]
+    xc = em.transpose(x, to_cl)
+    if not _transposed_arg(em, x, to_cl):
+        xc = _barrier(em, xc)
+    kern = w.shape[2:]
+    extent = [(o - 1) * s + (r - 1) * d + 1 for o, r, s, d in zip(out_sp, kern, p.stride, p.dilation)]
+    xp = _cl_pad(em, xc, p.pre, extent)                                             # [N, Dp, Hp, Wp, C]
+    filt = _barrier(em, em.transpose(w, [2, 3, 4, 1, 0]))                           # [KD, R, S, C, K]
+    od, oh, ow = out_sp
+    hp, wp = extent[1], extent[2]
+    attrs = (f"{{dilations = dense<[{_ints(p.dilation[1:])}]> : tensor<2xi64>, "
+             f"strides = dense<[{_ints(p.stride[1:])}]> : tensor<2xi64>}}")
+    out_shape = (n * od, oh, ow, k)
+    t = tensor_type(out_shape, acc)
+    out = em.filled(out_shape, acc, 0.0)
+    xs_shape, f_shape = (n, od, hp, wp, c), (1, *kern[1:], c, k)
+    for kd in range(kd_n):
+        xs = em.op(f"tensor.extract_slice {xp.ssa}[0, {kd * p.dilation[0]}, 0, 0, 0] [{_ints(xs_shape)}] "
+                   f"[1, {p.stride[0]}, 1, 1, 1] : {xp.type} to {tensor_type(xs_shape, xp.elem)}", "xd")
+        xb = _merge(em, Value(xs, xs_shape, xp.elem), 0)                            # [N*OD, Hp, Wp, C]
+        fs = em.op(f"tensor.extract_slice {filt.ssa}[{kd}, 0, 0, 0, 0] [{_ints(f_shape)}] [1, 1, 1, 1, 1] "
+                   f": {filt.type} to {tensor_type(f_shape, filt.elem)}", "wd")
+        fk = em.reshape(Value(fs, f_shape, filt.elem), f_shape[1:])                 # [R, S, C, K]
+        out = em.op(f"linalg.conv_2d_nhwc_hwcf {attrs} ins({xb.ssa}, {fk.ssa} : {xb.type}, {fk.type}) "
+                    f"outs({out} : {t}) -> {t}", "conv")
+    res = _split(em, Value(out, out_shape, acc), 0, (n, od))                        # [N, OD, OH, OW, K]
+    return em.transpose(res, [0, 4, 1, 2, 3])
+
+
 def _check_float(node: NodeDesc, *vals: Value) -> None:
     for v in vals:
         if v.elem not in FLOAT_TYPES:
@@ -500,6 +536,9 @@ def lower_conv_fprop(ctx: LowerContext, node: NodeDesc) -> None:
     p, groups = _geometry(node, x.shape, w.shape, y_dims, None)
     em, acc = ctx.em, ctx.compute_elem(node)
     out_sp, kern = y_dims[2:], w.shape[2:]
+    if _CONV3D_AS_2D and p.rank == 3 and groups == 1 and ctx.target.startswith("llvm-cpu"):
+        ctx.define(at.y_uid, _conv3d_as_2d(em, x, w, p, out_sp, acc))
+        return
     if cpu_channels_last(ctx.target, groups, w.shape):
         ctx.define(at.y_uid, _conv_channels_last(em, x, w, groups, p, out_sp, acc))
         return
