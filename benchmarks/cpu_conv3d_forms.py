@@ -5,13 +5,11 @@ the same data, medians of 15; results checked against PyTorch.
 
     python benchmarks/cpu_conv3d_forms.py
 """
-import statistics
-import time
-
 import numpy as np
 import torch
 
 import hipdnn_iree as hd
+from _ab import interleaved_medians
 import lowering.ops.conv as conv_lowering
 
 F = hd.DataType.FLOAT
@@ -48,18 +46,15 @@ def main():
         tw = torch.from_numpy(rng.standard_normal((k, c, 3, 3, 3)).astype(np.float32)).to(memory_format=mf)
         ref = torch.nn.functional.conv3d(tx, tw, padding=1, stride=stride)
         outs = {f: torch.empty(ydims).to(memory_format=mf) for f in plans}
-        times = {f: [] for f in plans}
-        times["torch"] = []
-        for r in range(18):
-            for f, (h, g, _) in plans.items():
-                t0 = time.perf_counter(); g.execute(h, {1: tx, 2: tw, 3: outs[f]}); dt = time.perf_counter() - t0
-                if r >= 3:
-                    times[f].append(dt)
-            t0 = time.perf_counter(); torch.nn.functional.conv3d(tx, tw, padding=1, stride=stride)
-            if r >= 3:
-                times["torch"].append(time.perf_counter() - t0)
+
+        def run(plan, f):
+            h, g = plan[0], plan[1]
+            return lambda: g.execute(h, {1: tx, 2: tw, 3: outs[f]})
+
+        calls = {f: run(plan, f) for f, plan in plans.items()}
+        calls["torch"] = lambda: torch.nn.functional.conv3d(tx, tw, padding=1, stride=stride)
+        med = interleaved_medians(calls)
         err = {f: float((outs[f] - ref).abs().max() / ref.abs().max()) for f in plans}
-        med = {f: statistics.median(v) * 1e3 for f, v in times.items()}
         print(f"conv3d NDHWC N{n} C{c} -> K{k} {d}x{hw}x{hw} s{stride}: conv_3d_ndhwc_dhwcf {med[False]:.2f} ms "
               f"(err {err[False]:.1e}), 2-D convs {med[True]:.2f} ms (err {err[True]:.1e}), torch {med['torch']:.2f} ms",
               flush=True)

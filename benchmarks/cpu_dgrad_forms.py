@@ -5,13 +5,11 @@ behind barriers). Each form compiled without the compile cache; executes interle
 
     python benchmarks/cpu_dgrad_forms.py
 """
-import statistics
-import time
-
 import numpy as np
 import torch
 
 import hipdnn_iree as hd
+from _ab import interleaved_medians
 import lowering.ops.conv as conv_lowering
 
 F = hd.DataType.FLOAT
@@ -51,18 +49,15 @@ def main():
         ref = torch.nn.grad.conv2d_input((n, c, hw, hw), tw, tdy, stride=stride, padding=1)
         outs = {f: torch.empty((n, c, hw, hw)).to(memory_format=torch.channels_last if layout == "nhwc"
                                                   else torch.contiguous_format) for f in plans}
-        times = {f: [] for f in plans}
-        times["torch"] = []
-        for r in range(18):
-            for f, (h, g, _) in plans.items():
-                t0 = time.perf_counter(); g.execute(h, {1: tdy, 2: tw, 3: outs[f]}); dt = time.perf_counter() - t0
-                if r >= 3:
-                    times[f].append(dt)
-            t0 = time.perf_counter(); torch.nn.grad.conv2d_input((n, c, hw, hw), tw, tdy, stride=stride, padding=1)
-            if r >= 3:
-                times["torch"].append(time.perf_counter() - t0)
+
+        def run(plan, f):
+            h, g = plan[0], plan[1]
+            return lambda: g.execute(h, {1: tdy, 2: tw, 3: outs[f]})
+
+        calls = {f: run(plan, f) for f, plan in plans.items()}
+        calls["torch"] = lambda: torch.nn.grad.conv2d_input((n, c, hw, hw), tw, tdy, stride=stride, padding=1)
+        med = interleaved_medians(calls)
         err = {f: float((outs[f] - ref).abs().max() / ref.abs().max()) for f in plans}
-        med = {f: statistics.median(v) * 1e3 for f, v in times.items()}
         print(f"dgrad {layout} N{n} K{k}->C{c} {hw}x{hw} s{stride}: channels-first {med[False]:.2f} ms "
               f"(err {err[False]:.1e}), channels-last {med[True]:.2f} ms (err {err[True]:.1e}), "
               f"torch {med['torch']:.2f} ms", flush=True)

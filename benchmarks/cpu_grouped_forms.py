@@ -6,13 +6,11 @@ data, medians of 15; results checked against PyTorch.
 
     python benchmarks/cpu_grouped_forms.py
 """
-import statistics
-import time
-
 import numpy as np
 import torch
 
 import hipdnn_iree as hd
+from _ab import interleaved_medians
 import lowering.ops.conv as conv_lowering
 
 F = hd.DataType.FLOAT
@@ -49,18 +47,15 @@ def main():
         tw = torch.from_numpy(rng.standard_normal((k, c // g, 3, 3)).astype(np.float32)).to(memory_format=mf)
         ref = torch.nn.functional.conv2d(tx, tw, padding=1, groups=g)
         outs = {f: torch.empty((n, k, hw, hw)).to(memory_format=mf) for f in plans}
-        times = {f: [] for f in plans}
-        times["torch"] = []
-        for r in range(18):
-            for f, (h, gr) in plans.items():
-                t0 = time.perf_counter(); gr.execute(h, {1: tx, 2: tw, 3: outs[f]}); dt = time.perf_counter() - t0
-                if r >= 3:
-                    times[f].append(dt)
-            t0 = time.perf_counter(); torch.nn.functional.conv2d(tx, tw, padding=1, groups=g)
-            if r >= 3:
-                times["torch"].append(time.perf_counter() - t0)
+
+        def run(plan, f):
+            h, gr = plan[0], plan[1]
+            return lambda: gr.execute(h, {1: tx, 2: tw, 3: outs[f]})
+
+        calls = {f: run(plan, f) for f, plan in plans.items()}
+        calls["torch"] = lambda: torch.nn.functional.conv2d(tx, tw, padding=1, groups=g)
+        med = interleaved_medians(calls)
         err = {f: float((outs[f] - ref).abs().max() / ref.abs().max()) for f in plans}
-        med = {f: statistics.median(v) * 1e3 for f, v in times.items()}
         print(f"grouped {layout} N{n} C{c} G{g} -> K{k} {hw}x{hw}: " + ", ".join(
             f"{f} {med[f]:.2f} ms (err {err[f]:.1e})" for f in FORMS) + f", torch {med['torch']:.2f} ms", flush=True)
 

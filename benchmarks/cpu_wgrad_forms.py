@@ -5,13 +5,11 @@ PyTorch's ``conv2d_weight`` on the same data, medians of 15; results checked aga
 
     python benchmarks/cpu_wgrad_forms.py
 """
-import statistics
-import time
-
 import numpy as np
 import torch
 
 import hipdnn_iree as hd
+from _ab import interleaved_medians
 import lowering.ops.conv as conv_lowering
 
 F = hd.DataType.FLOAT
@@ -46,18 +44,15 @@ def main():
         tx = torch.from_numpy(rng.standard_normal((n, c, hw, hw)).astype(np.float32)).to(memory_format=torch.channels_last)
         ref = torch.nn.grad.conv2d_weight(tx, (k, c, 3, 3), tdy, stride=stride, padding=1)
         outs = {f: torch.empty((k, c, 3, 3)).to(memory_format=torch.channels_last) for f in plans}
-        times = {f: [] for f in plans}
-        times["torch"] = []
-        for r in range(18):
-            for f, (h, g, _) in plans.items():
-                t0 = time.perf_counter(); g.execute(h, {1: tdy, 2: tx, 3: outs[f]}); dt = time.perf_counter() - t0
-                if r >= 3:
-                    times[f].append(dt)
-            t0 = time.perf_counter(); torch.nn.grad.conv2d_weight(tx, (k, c, 3, 3), tdy, stride=stride, padding=1)
-            if r >= 3:
-                times["torch"].append(time.perf_counter() - t0)
+
+        def run(plan, f):
+            h, g = plan[0], plan[1]
+            return lambda: g.execute(h, {1: tdy, 2: tx, 3: outs[f]})
+
+        calls = {f: run(plan, f) for f, plan in plans.items()}
+        calls["torch"] = lambda: torch.nn.grad.conv2d_weight(tx, (k, c, 3, 3), tdy, stride=stride, padding=1)
+        med = interleaved_medians(calls)
         err = {f: float((outs[f] - ref).abs().max() / ref.abs().max()) for f in plans}
-        med = {f: statistics.median(v) * 1e3 for f, v in times.items()}
         print(f"wgrad nhwc N{n} C{c} -> K{k} {hw}x{hw} s{stride}: channels-first {med[False]:.2f} ms "
               f"(err {err[False]:.1e}), channels-last {med[True]:.2f} ms (err {err[True]:.1e}), "
               f"torch {med['torch']:.2f} ms", flush=True)

@@ -203,6 +203,17 @@ class Emitter:
                        f"dimensions = [{', '.join(map(str, added))}]", "b")
         return Value(name, tuple(shape), v.elem)
 
+    def zero_pad(self, v: Value, low: Sequence[int], high: Sequence[int], shape: Sequence[int]) -> Value:
+        """``tensor.pad`` of ``v`` with zeros: ``low``/``high`` elements per axis, giving ``shape``."""
+        zero = self.const(0.0, v.elem)
+        name = self.fresh("pad")
+        self.emit(f"{name} = tensor.pad {v.ssa} low[{', '.join(map(str, low))}] high[{', '.join(map(str, high))}] {{")
+        args = ", ".join(f"{self.fresh('i')}: index" for _ in v.shape)
+        self.emit(f"^bb0({args}):")
+        self.emit(f"  tensor.yield {zero} : {v.elem}")
+        self.emit(f"}} : {v.type} to {tensor_type(shape, v.elem)}")
+        return Value(name, tuple(shape), v.elem)
+
     def reshape(self, v: Value, shape: Sequence[int]) -> Value:
         """Reshape between shapes that differ only by size-1 axes."""
         shape = tuple(shape)

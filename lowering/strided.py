@@ -31,13 +31,7 @@ def _host(em: Emitter, run: Value, lay: Layout) -> Value:
         size *= d
     v = run
     if size > lay.span:
-        zero = em.const(0.0, run.elem)
-        name = em.fresh("pad")
-        em.emit(f"{name} = tensor.pad {run.ssa} low[0] high[{size - lay.span}] {{")
-        em.emit(f"^bb0({em.fresh('i')}: index):")
-        em.emit(f"  tensor.yield {zero} : {run.elem}")
-        em.emit(f"}} : {run.type} to {tensor_type((size,), run.elem)}")
-        v = Value(name, (size,), run.elem)
+        v = em.zero_pad(run, [0], [size - lay.span], (size,))
     reassoc = "[[" + _ints(range(len(lay.host))) + "]]"
     name = em.op(f"tensor.expand_shape {v.ssa} {reassoc} output_shape [{_ints(lay.host)}] "
                  f": {v.type} into {tensor_type(lay.host, v.elem)}", "host")

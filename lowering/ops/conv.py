@@ -210,18 +210,23 @@ def _place(em: Emitter, v: Value, low: Sequence[int], step: Sequence[int], size:
         high = [sz - off - c for sz, off, c in zip(size, offsets, count)]
         if not any(offsets) and not any(high):
             return v
-        zero = em.const(0.0, v.elem)
-        name = em.fresh("pad")
-        em.emit(f"{name} = tensor.pad {v.ssa} low[0, 0, {_ints(offsets)}] high[0, 0, {_ints(high)}] {{")
-        args = ", ".join(f"{em.fresh('i')}: index" for _ in v.shape)
-        em.emit(f"^bb0({args}):")
-        em.emit(f"  tensor.yield {zero} : {v.elem}")
-        em.emit(f"}} : {v.type} to {tensor_type(out_shape, v.elem)}")
-        return Value(name, out_shape, v.elem)
+        return em.zero_pad(v, [0, 0, *offsets], [0, 0, *high], out_shape)
     zeros = em.filled(out_shape, v.elem, 0.0)
     name = em.op(f"tensor.insert_slice {v.ssa} into {zeros}[0, 0, {_ints(offsets)}] [{_ints(v.shape)}] "
                  f"[1, 1, {_ints(step)}] : {v.type} into {tensor_type(out_shape, v.elem)}", "scatter")
     return Value(name, out_shape, v.elem)
+
+
+def _extent(out_sp: Sequence[int], kern: Sequence[int], stride: Sequence[int], dilation: Sequence[int]) -> list[int]:
+    """Input extent a window needs per spatial axis: ``(O - 1) * stride + (R - 1) * dilation + 1``."""
+    return [(o - 1) * s + (r - 1) * d + 1 for o, r, s, d in zip(out_sp, kern, stride, dilation)]
+
+
+def _conv_attrs(stride: Sequence[int], dilation: Sequence[int]) -> str:
+    """A named conv op's ``{dilations, strides}`` attribute dictionary."""
+    rank = len(stride)
+    return (f"{{dilations = dense<[{_ints(dilation)}]> : tensor<{rank}xi64>, "
+            f"strides = dense<[{_ints(stride)}]> : tensor<{rank}xi64>}}")
 
 
 def _window(o: str, r: str, stride: int, dilation: int) -> str:
@@ -248,8 +253,7 @@ def _conv(em: Emitter, xp: Value, filt: Value, groups: int, stride: Sequence[int
     Returns ``[N, F, *out_sp]`` in ``acc``.
     """
     rank = len(out_sp)
-    attrs = (f"{{dilations = dense<[{_ints(dilation)}]> : tensor<{rank}xi64>, "
-             f"strides = dense<[{_ints(stride)}]> : tensor<{rank}xi64>}}")
+    attrs = _conv_attrs(stride, dilation)
     n = xp.shape[0]
     if groups == 1:
         out_shape = (n, filt.shape[0], *out_sp)
@@ -318,14 +322,7 @@ def _cl_pad(em: Emitter, v: Value, pre: Sequence[int], extent: Sequence[int]) ->
     high = [e - lo - c for e, lo, c in zip(extent, pre, count)]
     if not any(pre) and not any(high):
         return v
-    zero = em.const(0.0, v.elem)
-    name = em.fresh("pad")
-    em.emit(f"{name} = tensor.pad {v.ssa} low[0, {_ints(pre)}, 0] high[0, {_ints(high)}, 0] {{")
-    args = ", ".join(f"{em.fresh('i')}: index" for _ in v.shape)
-    em.emit(f"^bb0({args}):")
-    em.emit(f"  tensor.yield {zero} : {v.elem}")
-    em.emit(f"}} : {v.type} to {tensor_type(out_shape, v.elem)}")
-    return Value(name, out_shape, v.elem)
+    return em.zero_pad(v, [0, *pre, 0], [0, *high, 0], out_shape)
 
 
 _LIFT_1D = True
@@ -353,6 +350,17 @@ def cpu_channels_last(target: str, groups: int, w_dims: Sequence[int]) -> bool:
     return target.startswith("llvm-cpu") and (groups == 1 or cg == 1)
 
 
+def _cl_input(em: Emitter, x: Value, p: ConvParams, extent: Sequence[int]) -> Value:
+    """Logical ``x [N, C, *S]`` as ``[N, *extent, C]``, zero-padded by ``p.pre``. When ``x`` is a
+    channels-last argument the transpose undoes the argument's own and both fold away; otherwise it
+    sits behind a barrier so it runs as a plain copy, not inside the convolution's dispatch."""
+    to_cl = [0, *range(2, 2 + p.rank), 1]
+    xc = em.transpose(x, to_cl)
+    if not _transposed_arg(em, x, to_cl):
+        xc = _barrier(em, xc)
+    return _cl_pad(em, xc, p.pre, extent)
+
+
 def _conv_channels_last(em: Emitter, x: Value, w: Value, groups: int, p: ConvParams,
                         out_sp: Sequence[int], acc: str) -> Value:
     """conv_fprop of logical ``x [N, C, *S]`` and ``w [K, C/G, *R]`` in a channels-last named op;
@@ -364,15 +372,9 @@ def _conv_channels_last(em: Emitter, x: Value, w: Value, groups: int, p: ConvPar
     runs as a plain copy. The filter's relayout is behind a barrier always (filters are small).
     """
     rank = p.rank
-    to_cl = [0, *range(2, 2 + rank), 1]
-    xc = em.transpose(x, to_cl)
-    if not _transposed_arg(em, x, to_cl):
-        xc = _barrier(em, xc)
     kern = w.shape[2:]
-    extent = [(o - 1) * s + (k - 1) * d + 1 for o, k, s, d in zip(out_sp, kern, p.stride, p.dilation)]
-    xp = _cl_pad(em, xc, p.pre, extent)
-    attrs = (f"{{dilations = dense<[{_ints(p.dilation)}]> : tensor<{rank}xi64>, "
-             f"strides = dense<[{_ints(p.stride)}]> : tensor<{rank}xi64>}}")
+    xp = _cl_input(em, x, p, _extent(out_sp, kern, p.stride, p.dilation))
+    attrs = _conv_attrs(p.stride, p.dilation)
     n, k = x.shape[0], w.shape[0]
     if groups == 1:
         filt = _barrier(em, em.transpose(w, [*range(2, 2 + rank), 1, 0]))     # [*R, C, K]
@@ -394,8 +396,7 @@ def _conv_channels_last(em: Emitter, x: Value, w: Value, groups: int, p: ConvPar
         opname = {_NAMED_CL[1]: _NAMED_CL[2], _DEPTHWISE_CL[1]: _DEPTHWISE_CL[2],
                   _DEPTHWISE_CL_M[1]: _DEPTHWISE_CL_M[2]}[opname]
         out_shape = (out_shape[0], 1, *out_shape[1:])
-        attrs = (f"{{dilations = dense<[1, {p.dilation[0]}]> : tensor<2xi64>, "
-                 f"strides = dense<[1, {p.stride[0]}]> : tensor<2xi64>}}")
+        attrs = _conv_attrs((1, p.stride[0]), (1, p.dilation[0]))
     init = em.filled(out_shape, acc, 0.0)
     t = tensor_type(out_shape, acc)
     name = em.op(f"{opname} {attrs} ins({xp.ssa}, {filt.ssa} : {xp.type}, {filt.type}) "
@@ -416,15 +417,9 @@ def _conv_grouped_channels_last(em: Emitter, x: Value, w: Value, groups: int, p:
     n, c = x.shape[0], x.shape[1]
     k, cg, kern = w.shape[0], w.shape[1], w.shape[2:]
     kg = k // groups
-    to_cl = [0, 2, 3, 1]
-    xc = em.transpose(x, to_cl)
-    if not _transposed_arg(em, x, to_cl):
-        xc = _barrier(em, xc)
-    extent = [(o - 1) * s + (r - 1) * d + 1 for o, r, s, d in zip(out_sp, kern, p.stride, p.dilation)]
-    xp = _split(em, _cl_pad(em, xc, p.pre, extent), 3, (groups, cg))               # [N, H, W, G, Cg]
+    xp = _split(em, _cl_input(em, x, p, _extent(out_sp, kern, p.stride, p.dilation)), 3, (groups, cg))  # [N, H, W, G, Cg]
     filt = _barrier(em, em.transpose(_split(em, w, 0, (groups, kg)), [0, 1, 3, 4, 2]))   # [G, Kg, R, S, Cg]
-    attrs = (f"{{dilations = dense<[{_ints(p.dilation)}]> : tensor<2xi64>, "
-             f"strides = dense<[{_ints(p.stride)}]> : tensor<2xi64>}}")
+    attrs = _conv_attrs(p.stride, p.dilation)
     out_shape = (n, *out_sp, groups, kg)
     init = em.filled(out_shape, acc, 0.0)
     t = tensor_type(out_shape, acc)
@@ -441,15 +436,10 @@ def _conv_grouped_split(em: Emitter, x: Value, w: Value, groups: int, p: ConvPar
     n = x.shape[0]
     k, cg, kern = w.shape[0], w.shape[1], w.shape[2:]
     kg = k // groups
-    to_cl = [0, 2, 3, 1]
-    xc = em.transpose(x, to_cl)
-    if not _transposed_arg(em, x, to_cl):
-        xc = _barrier(em, xc)
-    extent = [(o - 1) * s + (r - 1) * d + 1 for o, r, s, d in zip(out_sp, kern, p.stride, p.dilation)]
-    xp = _cl_pad(em, xc, p.pre, extent)                                             # [N, Hp, Wp, C]
+    extent = _extent(out_sp, kern, p.stride, p.dilation)
+    xp = _cl_input(em, x, p, extent)                                                # [N, Hp, Wp, C]
     filt = _barrier(em, em.transpose(w, [2, 3, 1, 0]))                              # [R, S, Cg, K]
-    attrs = (f"{{dilations = dense<[{_ints(p.dilation)}]> : tensor<2xi64>, "
-             f"strides = dense<[{_ints(p.stride)}]> : tensor<2xi64>}}")
+    attrs = _conv_attrs(p.stride, p.dilation)
     out_shape = (n, *out_sp, k)
     out = em.empty(out_shape, acc)
     part_shape = (n, *out_sp, kg)
@@ -474,18 +464,13 @@ def _conv3d_as_2d(em: Emitter, x: Value, w: Value, p: ConvParams, out_sp: Sequen
     the batch. IREE's 2-D ``conv_2d_nhwc_hwcf`` code is many times its 3-D one on CPUs."""
     n, k = x.shape[0], w.shape[0]
     c, kd_n = x.shape[1], w.shape[2]
-    to_cl = [0, 2, 3, 4, 1]
-    xc = em.transpose(x, to_cl)
-    if not _transposed_arg(em, x, to_cl):
-        xc = _barrier(em, xc)
     kern = w.shape[2:]
-    extent = [(o - 1) * s + (r - 1) * d + 1 for o, r, s, d in zip(out_sp, kern, p.stride, p.dilation)]
-    xp = _cl_pad(em, xc, p.pre, extent)                                             # [N, Dp, Hp, Wp, C]
+    extent = _extent(out_sp, kern, p.stride, p.dilation)
+    xp = _cl_input(em, x, p, extent)                                                # [N, Dp, Hp, Wp, C]
     filt = _barrier(em, em.transpose(w, [2, 3, 4, 1, 0]))                           # [KD, R, S, C, K]
     od, oh, ow = out_sp
     hp, wp = extent[1], extent[2]
-    attrs = (f"{{dilations = dense<[{_ints(p.dilation[1:])}]> : tensor<2xi64>, "
-             f"strides = dense<[{_ints(p.stride[1:])}]> : tensor<2xi64>}}")
+    attrs = _conv_attrs(p.stride[1:], p.dilation[1:])
     out_shape = (n * od, oh, ow, k)
     t = tensor_type(out_shape, acc)
     out = em.filled(out_shape, acc, 0.0)
@@ -547,7 +532,7 @@ def lower_conv_fprop(ctx: LowerContext, node: NodeDesc) -> None:
                 else _conv_grouped_channels_last)
         ctx.define(at.y_uid, form(em, x, w, groups, p, out_sp, acc))
         return
-    extent = [(o - 1) * s + (k - 1) * d + 1 for o, k, s, d in zip(out_sp, kern, p.stride, p.dilation)]
+    extent = _extent(out_sp, kern, p.stride, p.dilation)
     xp = _place(em, x, p.pre, [1] * p.rank, extent)
     filt = w if groups == 1 else _split(em, w, 0, (groups, w.shape[0] // groups))
     ctx.define(at.y_uid, _conv(em, xp, filt, groups, p.stride, p.dilation, out_sp, acc))
@@ -620,7 +605,7 @@ def lower_conv_wgrad(ctx: LowerContext, node: NodeDesc) -> None:
     p, groups = _geometry(node, x.shape, dw_dims, dy.shape, "w_uid")
     em, acc = ctx.em, ctx.compute_elem(node)
     rank, out_sp, kern = p.rank, dy.shape[2:], dw_dims[2:]
-    extent = [(o - 1) * s + (k - 1) * d + 1 for o, k, s, d in zip(out_sp, kern, p.stride, p.dilation)]
+    extent = _extent(out_sp, kern, p.stride, p.dilation)
     xp = _place(em, x, p.pre, [1] * rank, extent)
     # NOTE: dw[k, c, r] = sum_{n, o} dy[n, k, o] * xp[n, c, o*stride + r*dilation] is a forward
     # correlation with batch and channels swapped: "batch" c, "input channels" n, "filter" dy
