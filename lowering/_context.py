@@ -6,13 +6,15 @@ import math
 from lowering._emit import FLOAT_TYPES, Emitter, Value, element_type, float_literal, tensor_type
 from lowering._fbs.graph_generated import DataType
 from lowering.graph_ir import GraphDesc, LoweringError, NodeDesc, TensorDesc
+from lowering.policy import LoweringPolicy
 
 
 class LowerContext:
-    def __init__(self, graph: GraphDesc, emitter: Emitter, target: str = "llvm-cpu:host"):
+    def __init__(self, graph: GraphDesc, emitter: Emitter, policy: LoweringPolicy):
         self.graph = graph
         self.em = emitter
-        self.target = target   # "backend:arch"; lowerings may pick target-specific forms
+        self.policy = policy   # every form choice (lowering/policy.py); lowerings read nothing else
+        self.target = policy.target
         self.values: dict[int, Value] = {}
         # Results IREE must not move a relayout transpose into (CUDA f16/bf16 matmuls): output
         # relayouts of values made from them sit behind a barrier (lowering/ops/matmul.py).

@@ -19,6 +19,7 @@ from lowering._registry import LOWERINGS
 from lowering.graph_ir import GraphDesc, LoweringError, decode_graph
 from lowering import strided
 from lowering.layout import physical_layout
+from lowering.policy import LoweringPolicy
 from lowering.ops.matmul import needs_relayout_barrier, propagation_barrier
 
 ENTRY_POINT = "main"
@@ -41,22 +42,30 @@ def _mlir_string(s: str) -> str:
                          for c in s) + '"'
 
 
-def lower(graph_bytes: bytes, target: str = "llvm-cpu:host", verify: bool = True) -> Lowered:
-    """Lowers a ``schemas/graph.fbs`` graph to MLIR text (parsed and verified by default)."""
+def lower(graph_bytes: bytes, target: str = "llvm-cpu:host", verify: bool = True,
+          policy: LoweringPolicy | None = None) -> Lowered:
+    """Lowers a ``schemas/graph.fbs`` graph to MLIR text (parsed and verified by default).
+
+    ``policy`` chooses every form (lowering/policy.py); ``None`` takes ``target``'s defaults."""
     graph = decode_graph(graph_bytes)
-    return lower_graph(graph, target, verify, graph_bytes=graph_bytes)
+    return lower_graph(graph, target, verify, graph_bytes=graph_bytes, policy=policy)
 
 
-def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes: bytes | None = None) -> Lowered:
+def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes: bytes | None = None,
+                policy: LoweringPolicy | None = None) -> Lowered:
     """``graph_bytes`` (the graph's FlatBuffer) goes into the module's reflection as ``hipdnn_iree.graph``
     (base64): a restored plan can then be checked against the reference (hipdnn_iree/backend/selfcheck.py)."""
+    if policy is None:
+        policy = LoweringPolicy.for_target(target)
+    elif policy.target != target:
+        raise LoweringError(f"lowering policy is for target {policy.target!r}, not {target!r}", "internal")
     if not graph.nodes:
         raise LoweringError(f"graph '{graph.name}' has no nodes")
     _check_sizes(graph)
     produced = graph.output_uids()
     bound = graph.bound_tensors()
     em = Emitter()
-    ctx = LowerContext(graph, em, target)
+    ctx = LowerContext(graph, em, policy)
     args, abi_tensors, outputs = [], [], []
     for i, t in enumerate(bound):
         what = f"tensor '{t.name}' (uid {t.uid})"

@@ -69,11 +69,13 @@ def _without_workaround(monkeypatch):
 
 # -- 1: where the barrier goes ----------------------------------------------------------------------
 def test_guard_rule():
-    assert mm_lowering.cuda_mma_guard("cuda:sm_80", "f16", "f16")
-    assert mm_lowering.cuda_mma_guard("cuda:sm_89", "f32", "bf16")
-    assert not mm_lowering.cuda_mma_guard("cuda:sm_80", "f32", "f32")
-    assert not mm_lowering.cuda_mma_guard("rocm:gfx942", "f16", "f16")
-    assert not mm_lowering.cuda_mma_guard("llvm-cpu:host", "f16", "f16")
+    from lowering.policy import LoweringPolicy
+    guard = lambda t, *e: mm_lowering.cuda_mma_guard(LoweringPolicy.for_target(t), *e)  # noqa: E731
+    assert guard("cuda:sm_80", "f16", "f16")
+    assert guard("cuda:sm_89", "f32", "bf16")
+    assert not guard("cuda:sm_80", "f32", "f32")
+    assert not guard("rocm:gfx942", "f16", "f16")
+    assert not guard("llvm-cpu:host", "f16", "f16")
 
 
 @pytest.mark.parametrize("dt", [H, BF], ids=lambda d: d.name)

@@ -35,7 +35,7 @@ from lowering.graph_ir import LoweringError, NodeDesc, OpKind
 
 _NAMED = {1: "linalg.conv_1d_ncw_fcw", 2: "linalg.conv_2d_nchw_fchw", 3: "linalg.conv_3d_ncdhw_fcdhw"}
 _NAMED_GROUPED = {2: "linalg.conv_2d_ngchw_gfchw"}  # input [N,G,C,H,W], filter [G,F,C,R,S], out [N,G,F,H,W]
-# Channels-last forms (CPU targets, see _cpu_channels_last): input [N, *S, C], filter [*R, C, F].
+# Channels-last forms (CPU targets, see channels_last): input [N, *S, C], filter [*R, C, F].
 _NAMED_CL = {1: "linalg.conv_1d_nwc_wcf", 2: "linalg.conv_2d_nhwc_hwcf", 3: "linalg.conv_3d_ndhwc_dhwcf"}
 _DEPTHWISE_CL = {1: "linalg.depthwise_conv_1d_nwc_wc", 2: "linalg.depthwise_conv_2d_nhwc_hwc",
                  3: "linalg.depthwise_conv_3d_ndhwc_dhwc"}       # filter [*R, C], out [N, *O, C]
@@ -325,29 +325,27 @@ def _cl_pad(em: Emitter, v: Value, pre: Sequence[int], extent: Sequence[int]) ->
     return em.zero_pad(v, [0, *pre, 0], [0, *high, 0], out_shape)
 
 
+# NOTE: 1-D convs lift to 2-D named ops over a unit height (measured: IREE's 1-D conv code ran at
+# 1-2 GFLOP/s in every 1-D form).
 _LIFT_1D = True
-_DGRAD_CHANNELS_LAST = True
-_WGRAD_CHANNELS_LAST = True
-_GROUPED_CHANNELS_LAST = True
+# Which forms the other convs take is the lowering policy's (lowering/policy.py): conv_channels_last,
+# conv3d_as_2d, dgrad/wgrad_channels_last, grouped_channels_last, grouped_split_max.
 # NOTE: grouped 2-D convs on CPUs: one conv_2d_nhwc_hwcf per group beat conv_2d_ngchw_gfchw 2.5-20x and
 # conv_2d_nhwgc_gfhwc 2-22x (G 2 and 32, docs/benchmarks/flags.md); past 64 groups (unmeasured, and
 # as many dispatches) the single nhwgc op is used.
-_GROUPED_SPLIT = True
-_CONV3D_AS_2D = True
-_GROUPED_SPLIT_MAX = 64
 
 
-def cpu_channels_last(target: str, groups: int, w_dims: Sequence[int]) -> bool:
-    """Whether conv_fprop on ``target`` takes the channels-last form (``_conv_channels_last``).
+def channels_last(policy, groups: int, w_dims: Sequence[int]) -> bool:
+    """Whether conv_fprop takes the channels-last form (``_conv_channels_last``) under ``policy``.
 
-    NOTE: measured on the 2-core llvm-cpu machine with IREE 3.13 (docs/benchmarks/conv_forms.md):
+    NOTE: measured on the 2-core llvm-cpu machine with IREE 3.13 (docs/benchmarks/flags.md):
     ``conv_2d_nhwc_hwcf`` with its filter re-laid out in a dispatch of its own is the fastest form
     IREE generates, several times the NCHW form once the layout transposes no longer fuse into the
     conv dispatch. GPU targets keep the channels-first form their known CUDA workarounds rely on
-    (targets.GPU_CONV_FLAGS, docs/known_issues.md).
+    (targets.GPU_CONV_FLAGS, docs/known_issues.md): ``LoweringPolicy.for_target`` says so.
     """
     cg = w_dims[1]
-    return target.startswith("llvm-cpu") and (groups == 1 or cg == 1)
+    return policy.conv_channels_last and (groups == 1 or cg == 1)
 
 
 def _cl_input(em: Emitter, x: Value, p: ConvParams, extent: Sequence[int]) -> Value:
@@ -521,14 +519,15 @@ def lower_conv_fprop(ctx: LowerContext, node: NodeDesc) -> None:
     p, groups = _geometry(node, x.shape, w.shape, y_dims, None)
     em, acc = ctx.em, ctx.compute_elem(node)
     out_sp, kern = y_dims[2:], w.shape[2:]
-    if _CONV3D_AS_2D and p.rank == 3 and groups == 1 and ctx.target.startswith("llvm-cpu"):
+    pol = ctx.policy
+    if pol.conv3d_as_2d and p.rank == 3 and groups == 1:
         ctx.define(at.y_uid, _conv3d_as_2d(em, x, w, p, out_sp, acc))
         return
-    if cpu_channels_last(ctx.target, groups, w.shape):
+    if channels_last(pol, groups, w.shape):
         ctx.define(at.y_uid, _conv_channels_last(em, x, w, groups, p, out_sp, acc))
         return
-    if _GROUPED_CHANNELS_LAST and p.rank == 2 and ctx.target.startswith("llvm-cpu"):
-        form = (_conv_grouped_split if _GROUPED_SPLIT and groups <= _GROUPED_SPLIT_MAX
+    if pol.grouped_channels_last and p.rank == 2:
+        form = (_conv_grouped_split if groups <= pol.grouped_split_max
                 else _conv_grouped_channels_last)
         ctx.define(at.y_uid, form(em, x, w, groups, p, out_sp, acc))
         return
@@ -587,7 +586,7 @@ def lower_conv_dgrad(ctx: LowerContext, node: NodeDesc) -> None:
     extent = [i + (k - 1) * d for i, k, d in zip(dx_dims[2:], kern, p.dilation)]
     z = _place(em, dy, low, p.stride, extent)
     filt = _dgrad_filter(em, w, groups)
-    if _DGRAD_CHANNELS_LAST and groups == 1 and cpu_channels_last(ctx.target, 1, w.shape):
+    if ctx.policy.dgrad_channels_last and groups == 1 and channels_last(ctx.policy, 1, w.shape):
         # NOTE: the same stride-1 correlation in the channels-last form conv_fprop uses on CPUs
         # (the flipped filter [C, K, *R] is its "w"; docs/benchmarks/flags.md has the figures)
         unit = ConvParams(pre=(0,) * p.rank, post=(0,) * p.rank, stride=(1,) * p.rank, dilation=p.dilation)
@@ -621,7 +620,7 @@ def lower_conv_wgrad(ctx: LowerContext, node: NodeDesc) -> None:
         xg = em.transpose(_split(em, xp, 1, (groups, cg)), [2, 1, 0, *[a + 1 for a in sp]])  # [Cg, G, N, *ext]
         xs = _merge(em, xg, 1)                                              # [Cg, G*N, *ext]
         filt = _split(em, em.transpose(dy, [1, 0, *sp]), 0, (groups, dw_dims[0] // groups))  # [G, Kg, N, *O]
-    if _WGRAD_CHANNELS_LAST and groups == 1 and cpu_channels_last(ctx.target, 1, dw_dims):
+    if ctx.policy.wgrad_channels_last and groups == 1 and channels_last(ctx.policy, 1, dw_dims):
         # NOTE: the same swapped correlation in conv_fprop's channels-last form on CPUs
         swapped = ConvParams(pre=(0,) * rank, post=(0,) * rank, stride=p.dilation, dilation=p.stride)
         res = _conv_channels_last(em, xs, filt, 1, swapped, kern, acc)    # [C, K, *R]

@@ -20,14 +20,15 @@ from lowering.ops.pointwise import broadcast_shape
 _MMA_ELEMS = ("f16", "bf16")   # element types IREE's CUDA codegen sends to mma.sync
 
 
-def cuda_mma_guard(target: str, *elems: str) -> bool:
-    """Whether a contraction over ``elems`` on ``target`` needs the transposed-output barrier.
+def cuda_mma_guard(policy, *elems: str) -> bool:
+    """Whether a contraction over ``elems`` needs the transposed-output barrier under ``policy``.
 
     Example:
-        >>> cuda_mma_guard("cuda:sm_80", "f16", "f16"), cuda_mma_guard("rocm:gfx942", "f16", "f16")
+        >>> from lowering.policy import LoweringPolicy as P
+        >>> cuda_mma_guard(P.for_target("cuda:sm_80"), "f16", "f16"), cuda_mma_guard(P.for_target("rocm:gfx942"), "f16")
         (True, False)
     """
-    return target.startswith("cuda") and any(e in _MMA_ELEMS for e in elems)
+    return policy.cuda_mma_barriers and any(e in _MMA_ELEMS for e in elems)
 
 
 def needs_relayout_barrier(ctx: LowerContext, uid: int) -> bool:
@@ -79,7 +80,7 @@ def lower_matmul(ctx: LowerContext, node: NodeDesc) -> None:
     out_shape = matmul_shape(a.shape, b.shape, node.name)
     acc = ctx.compute_elem(node, default="f32" if a.elem in FLOAT_TYPES else "i32")
     em = ctx.em
-    if cuda_mma_guard(ctx.target, a.elem, b.elem):
+    if cuda_mma_guard(ctx.policy, a.elem, b.elem):
         ctx.mma_results.add(at.c_uid)   # see the module docstring; used in lowering/_lower.py
     rank = len(out_shape)
     init = em.filled(out_shape, acc, 0.0)

@@ -1,0 +1,79 @@
+"""The lowering policy: every choice of form the lowering makes, as one explicit value.
+
+The lowering reads no environment variable and no mutable module global: which form each op
+takes is a field here, passed into :func:`lowering.lower`. The engine derives a policy from the
+target (its defaults are the measured heuristics) and the caller's knobs, and hashes it, with
+the graph and the compiler flags, into the compile cache key (STYLE.md: every input of a
+compiled module is an argument and part of its key).
+
+Example:
+    >>> p = LoweringPolicy.for_target("llvm-cpu:host")
+    >>> p.sdpa_fused, p.conv_channels_last
+    (False, True)
+    >>> LoweringPolicy.for_target("cuda:sm_80").cuda_mma_barriers
+    True
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields, replace
+
+# History: 1 (2026-12-01) first policy fields. Bump when a field's meaning changes.
+POLICY_VERSION = 1
+
+
+@dataclass(frozen=True)
+class LoweringPolicy:
+    """Form choices for one target. Defaults via :meth:`for_target` are the measured heuristics.
+
+    Fields:
+        target: ``backend:arch`` the module is compiled for (lowerings may pick target forms).
+        sdpa_fused: emit ``iree_linalg_ext.attention`` where its element and mask types allow; else
+            the matmul/softmax composition. NOTE: on a 2-core x86 CPU the composition was 29x faster
+            ([1,8,512,64] f16 causal: 16 vs 470 ms); on an H200 the fused op won 13.7 -> 3.5 ms at
+            [4,16,2048,128] and lost 0.28 vs 0.17 ms on short sequences (issue 19): a knob.
+        conv_channels_last: conv_fprop (ungrouped or depthwise) as channels-last named ops with
+            relayouts behind barriers (CPU: 160 -> 5 ms, docs/benchmarks/flags.md).
+        conv3d_as_2d: ungrouped 3-D conv_fprop as KD channels-last 2-D convs (CPU: 26x).
+        dgrad_channels_last / wgrad_channels_last: conv_dgrad / conv_wgrad in conv_fprop's
+            channels-last form (CPU: 2-3x and 13x).
+        grouped_channels_last: grouped 2-D conv_fprop channels-last (CPU).
+        grouped_split_max: up to this many groups, one conv per group; past it one nhwgc op.
+        lift_1d: 1-D convs lifted to 2-D named ops.
+        cuda_mma_barriers: compute barriers that keep IREE 3.13's CUDA f16/bf16 tensor-core
+            miscompile away (docs/known_issues.md). Correctness, not speed: never a knob.
+    """
+
+    target: str = "llvm-cpu:host"
+    sdpa_fused: bool = False
+    conv_channels_last: bool = True
+    conv3d_as_2d: bool = True
+    dgrad_channels_last: bool = True
+    wgrad_channels_last: bool = True
+    grouped_channels_last: bool = True
+    grouped_split_max: int = 64
+    lift_1d: bool = True
+    cuda_mma_barriers: bool = False
+
+    @classmethod
+    def for_target(cls, target: str) -> "LoweringPolicy":
+        """The built-in heuristic for ``target`` (``llvm-cpu:<cpu>``, ``rocm:<gfx>``, ``cuda:<sm>``)."""
+        cpu = target.startswith("llvm-cpu")
+        return cls(target=target, sdpa_fused=not cpu, conv_channels_last=cpu, conv3d_as_2d=cpu,
+                   dgrad_channels_last=cpu, wgrad_channels_last=cpu, grouped_channels_last=cpu,
+                   cuda_mma_barriers=target.startswith("cuda"))
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.target.startswith("llvm-cpu")
+
+    def with_(self, **changes) -> "LoweringPolicy":
+        names = {f.name for f in fields(self)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise ValueError(f"LoweringPolicy has no field(s) {unknown}; fields: {sorted(names)}")
+        return replace(self, **changes)
+
+    def to_json(self) -> str:
+        """Canonical text (sorted keys, with the policy version): what the compile cache hashes."""
+        return json.dumps({"version": POLICY_VERSION, **asdict(self)}, sort_keys=True, separators=(",", ":"))
