@@ -160,7 +160,17 @@ def _time(fn, torch, n, warmup=3):
         fn()
         torch.cuda.synchronize()
         wall.append(time.perf_counter() - t0)
+    _LAST_SPREAD[0] = _spread_ms([w * 1e3 for w in wall])
     return statistics.median(wall) * 1e3
+
+
+_LAST_SPREAD = [None]   # the spread of the latest _time call: kept in the row beside its median
+
+
+def _spread_ms(xs) -> dict:
+    """Quartiles, min, max and sample count of ms samples (what the committed summaries keep)."""
+    q = statistics.quantiles(xs, n=4) if len(xs) >= 4 else [min(xs), 0, max(xs)]
+    return {"q1": round(q[0], 4), "q3": round(q[2], 4), "min": round(min(xs), 4), "max": round(max(xs), 4), "n": len(xs)}
 
 
 def _events(fn, torch, n):
@@ -222,6 +232,7 @@ def run_all(plans, n, out_json):
         ins = {u: v for u, v in t.items() if u not in outs}
         row = {"graph": name, "variant": e["variant"], "dispatches": e["dispatches"]}
         row["hd_ms"] = _time(lambda: r.execute(h, t), torch, n)
+        row["hd_ms_spread"] = _LAST_SPREAD[0]
         row["bare_iree_ms"] = _time(_bare_invoke(r, t), torch, n)
         from hipdnn_iree.plugins import iree_linalg
         iree_linalg._VIEW_CACHE = False      # before: every call checks and imports its buffers
@@ -233,7 +244,8 @@ def run_all(plans, n, out_json):
         row["ref_max"] = float(want.float().abs().max())
         if name not in torch_done:
             eager = lambda: ref(torch, ins)
-            torch_done[name] = {"torch_eager_ms": _time(eager, torch, n), "torch_eager_event_ms": _events(eager, torch, n)}
+            torch_done[name] = {"torch_eager_ms": _time(eager, torch, n), "torch_eager_ms_spread": _LAST_SPREAD[0],
+                                "torch_eager_event_ms": _events(eager, torch, n)}
             try:
                 compiled = torch.compile(lambda *a: ref(torch, dict(zip(ins, a))))
                 args = list(ins.values())

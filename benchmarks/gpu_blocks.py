@@ -351,6 +351,13 @@ def _median_ms(xs):
     return 1e3 * xs[len(xs) // 2]
 
 
+def _spread_ms(xs) -> dict:
+    """Quartiles (25th/75th sample), min, max and sample count in ms: kept beside each median."""
+    xs = sorted(x * 1e3 for x in xs)
+    return {"q1": round(xs[len(xs) // 4], 4), "q3": round(xs[(3 * len(xs)) // 4], 4), "min": round(xs[0], 4),
+            "max": round(xs[-1], 4), "n": len(xs)}
+
+
 def run_all(plans: str, device: str, out: str | None, rounds: int = 5, calls: int = 10) -> int:
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -411,6 +418,7 @@ def run_all(plans: str, device: str, out: str | None, rounds: int = 5, calls: in
                         sync()
                         tt.append(time.perf_counter() - s)
             row["iree_ms"], row["torch_eager_ms"] = round(_median_ms(ti), 4), round(_median_ms(tt), 4)
+            row["iree_ms_spread"], row["torch_eager_ms_spread"] = _spread_ms(ti), _spread_ms(tt)
             row["ratio"] = round(row["iree_ms"] / row["torch_eager_ms"], 2)
         except Exception as e:  # reported, not raised: the gate should finish
             row["error"] = f"{type(e).__name__}: {e}"[:400]

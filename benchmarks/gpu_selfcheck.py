@@ -81,6 +81,8 @@ def run_all(plans: str, device: str, out: str | None) -> int:
                 torch.cuda.synchronize()
                 later.append(time.perf_counter() - s)
             row[f"{label}_later_median_ms"] = round(1e3 * sorted(later)[len(later) // 2], 3) if later else None
+            row[f"{label}_later_n"] = len(later)        # sample count and range kept beside the median
+            row[f"{label}_later_min_max_ms"] = [round(1e3 * min(later), 3), round(1e3 * max(later), 3)] if later else None
             with torch.no_grad():
                 want = forward(torch, {u: v.double() for u, v in t.items()})[100]
             row[f"{label}_max_rel_err"] = float((t[100].double() - want).abs().max() / want.abs().max())

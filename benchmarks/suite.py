@@ -6,11 +6,14 @@ restore, steady execute; the per-execute overhead of ``Graph.execute`` against a
 ``iree.runtime`` call of the same module on the same inputs (``VmModule.copy_buffer`` +
 ``VmContext`` + ``FunctionInvoker``, results read back with ``to_host``); and throughput
 (GFLOP/s) against numpy and, if ``import torch`` works, PyTorch on the CPU. All figures
-are medians. Writes ``<out>/cpu.md`` and, with matplotlib installed, ``<out>/cpu.png``.
+are medians. Writes ``<out>/cpu_suite.md``, ``<out>/cpu_suite.json`` (per case and phase: median,
+quartiles, min, max and sample count, plus the machine and conditions; no raw samples) and, with
+matplotlib installed, ``<out>/cpu_suite.png``. Raw samples go only where ``--raw`` says (outside
+docs/: the repository keeps summaries, the script regenerates samples).
 
 Usage:
     python benchmarks/suite.py                    # full sizes -> docs/benchmarks/
-    python benchmarks/suite.py --sizes tiny --out /tmp/b --repeats 2
+    python benchmarks/suite.py --sizes tiny --out /tmp/b --repeats 2 --raw /tmp/b_raw.json
 """
 from __future__ import annotations
 
@@ -32,6 +35,35 @@ from cases import Case, all_cases, strided  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PHASES = ("cold build", "cached build", "restore", "first execute", "steady execute")
+NAME = "cpu_suite"          # docs/benchmarks/cpu_suite.{md,json,png}
+SAMPLE_KEYS = ("bare_execute", "numpy", "torch")   # per-case sample lists besides ``times``
+
+
+def summarize(xs: list[float]) -> dict:
+    """Seconds samples -> the summary kept in the repository: median, quartiles (``statistics.quantiles``,
+    n=4; min and max below 4 samples, as the markdown's spread), min, max and the sample count."""
+    q = statistics.quantiles(xs, n=4) if len(xs) >= 4 else [min(xs), 0, max(xs)]
+    return {"median": statistics.median(xs), "q1": q[0], "q3": q[2], "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def summarize_result(r: dict) -> dict:
+    """One case's result with every sample list replaced by its summary (idempotent)."""
+    def s(xs):
+        return xs if isinstance(xs, dict) else summarize(xs)
+    out = {k: v for k, v in r.items() if k != "times" and k not in SAMPLE_KEYS}
+    if "times" in r:
+        out["times"] = {p: s(v) for p, v in r["times"].items()}
+    out.update({k: s(r[k]) for k in SAMPLE_KEYS if k in r})
+    return out
+
+
+def write_summary(path: str, meta: dict, results: list[dict], later: list[dict]) -> None:
+    """The summary document: ``{"meta", "units", "results", "later_runs"}`` (results of run 1, then later runs)."""
+    doc = {"meta": meta, "units": "seconds; each sample list summarized as median, q1, q3, min, max, n",
+           "results": [summarize_result(r) for r in results], "later_runs": [summarize_result(r) for r in later]}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
 
 
 def timed(fn, min_runs: int, min_time: float, max_runs: int = 10_000) -> list[float]:
@@ -171,13 +203,14 @@ def run_suite(sizes: str = "full", repeats: int = 5, cold_repeats: int = 3, min_
                 (results if run == 0 else later).append(res)
     meta = machine_info(sizes, repeats, cold_repeats)
     meta["load_average_start"] = load_start
-    md = render_markdown(meta, results) + render_ratios(results, later)
+    md = render_report({"meta": meta, "results": results, "later_runs": later})
     os.makedirs(out_dir, exist_ok=True)
-    files = {"markdown": os.path.join(out_dir, "cpu.md")}
+    files = {"markdown": os.path.join(out_dir, f"{NAME}.md"), "summary": os.path.join(out_dir, f"{NAME}.json")}
     with open(files["markdown"], "w", encoding="utf-8") as f:
         f.write(md)
+    write_summary(files["summary"], meta, results, later)
     if chart is not False:
-        png = os.path.join(out_dir, "cpu.png")
+        png = os.path.join(out_dir, f"{NAME}.png")
         try:
             render_chart(results, png)
             files["png"] = png
@@ -186,6 +219,11 @@ def run_suite(sizes: str = "full", repeats: int = 5, cold_repeats: int = 3, min_
                 raise
             log("[bench] matplotlib is not installed: no PNG (pip install 'hipdnn-iree[bench]')")
     return {"meta": meta, "results": results, "later_runs": later, "markdown": md, "files": files}
+
+
+def render_report(doc: dict) -> str:
+    """The markdown report from a summary document (``write_summary``'s JSON, parsed) or raw results."""
+    return render_markdown(doc["meta"], doc["results"]) + render_ratios(doc["results"], doc["later_runs"])
 
 
 def machine_info(sizes: str, repeats: int, cold_repeats: int) -> dict:
@@ -213,7 +251,8 @@ def _load() -> list[float]:
 
 
 def _med(xs) -> float:
-    return statistics.median(xs)
+    """Median of a sample list or of its summary (the report renders the same from either)."""
+    return xs["median"] if isinstance(xs, dict) else statistics.median(xs)
 
 
 def _ms(xs) -> str:
@@ -282,13 +321,14 @@ def render_markdown(meta: dict, results: list[dict]) -> str:
         ratio = f"{gf(r['times']['steady execute']) / gf(r['numpy']):.2f}x" if "numpy" in r else "n/a"
         row += f"{ratio} | {r['rel_err_vs_numpy']:.1e} |"
         lines.append(row)
-    lines += ["", "![phase times and throughput](cpu.png)", ""]
+    lines += ["", f"![phase times and throughput]({NAME}.png)", ""]
     return "\n".join(lines)
 
 
 def _spread(xs) -> str:
     """Median with the interquartile range, in ms."""
-    q = statistics.quantiles(xs, n=4) if len(xs) >= 4 else [min(xs), 0, max(xs)]
+    q = (xs["q1"], 0, xs["q3"]) if isinstance(xs, dict) else (
+        statistics.quantiles(xs, n=4) if len(xs) >= 4 else [min(xs), 0, max(xs)])
     return f"{_med(xs) * 1e3:.3g} [{q[0] * 1e3:.3g}-{q[2] * 1e3:.3g}]"
 
 
@@ -355,13 +395,14 @@ def main(argv=None) -> int:
     ap.add_argument("--cold-repeats", type=int, default=3, help="cold (compiling) builds per graph")
     ap.add_argument("--min-time", type=float, default=1.5, help="seconds per execute timing loop")
     ap.add_argument("--out", default=os.path.join(REPO, "docs", "benchmarks"))
-    ap.add_argument("--json", help="also write the raw timings here")
+    ap.add_argument("--raw", help="also write the raw timing samples to this file (keep it outside docs/: "
+                    "the repository holds the summaries only)")
     ap.add_argument("--runs", type=int, default=2, help="passes over every case (the ratio table shows each)")
     args = ap.parse_args(argv)
     res = run_suite(args.sizes, args.repeats, args.cold_repeats, args.min_time, args.out, runs=args.runs)
     print(res["markdown"])
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
+    if args.raw:
+        with open(args.raw, "w", encoding="utf-8") as f:
             json.dump({"meta": res["meta"], "results": res["results"], "later_runs": res["later_runs"]}, f, indent=1)
     print("wrote " + ", ".join(res["files"].values()), file=sys.stderr)
     return 0

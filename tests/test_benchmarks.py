@@ -1,12 +1,27 @@
 """Smoke run of the benchmark harness (benchmarks/suite.py) at tiny sizes: every measurement runs
 and the report is written. No timing assertions."""
+import glob
 import importlib.util
+import json
 import os
+import re
 import sys
 
 import pytest
 
 from harness import REPO
+
+MAX_LIST = 12   # a summary holds no list of numbers longer than this (raw samples are lists of hundreds)
+
+
+def _longest_number_list(obj) -> int:
+    """The length of the longest list of numbers anywhere in a parsed JSON document."""
+    if isinstance(obj, dict):
+        return max((_longest_number_list(v) for v in obj.values()), default=0)
+    if isinstance(obj, list):
+        own = len(obj) if obj and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in obj) else 0
+        return max([own] + [_longest_number_list(v) for v in obj])
+    return 0
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +40,17 @@ def test_tiny_suite_writes_the_report(suite, tmp_path, monkeypatch):
     monkeypatch.setenv("HIPDNN_IREE_CACHE", "0")     # the suite uses its own temporary cache folder
     res = suite.run_suite(sizes="tiny", repeats=2, cold_repeats=1, min_time=0.01, out_dir=str(tmp_path),
                           chart=None, log=lambda *a: None)
-    md = (tmp_path / "cpu.md").read_text()
+    md = (tmp_path / "cpu_suite.md").read_text()
     assert md == res["markdown"]
+    # the JSON next to it holds summaries only, and renders the same report
+    summary = json.loads((tmp_path / "cpu_suite.json").read_text())
+    assert _longest_number_list(summary) <= MAX_LIST, "raw samples in the summary"
+    assert suite.render_report(summary) == md
+    for r in summary["results"]:
+        if "skipped" not in r:
+            s = r["times"]["steady execute"]
+            assert s["n"] >= 5 and s["min"] <= s["q1"] <= s["median"] <= s["q3"] <= s["max"]
+    assert {"cpu", "cores", "load_average", "versions", "date"} <= set(summary["meta"])
     for heading in ("## Build, restore and execute", "## Per-execute overhead", "## Throughput"):
         assert heading in md
     done = [r for r in res["results"] if "skipped" not in r]
@@ -41,3 +65,75 @@ def test_tiny_suite_writes_the_report(suite, tmp_path, monkeypatch):
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     else:   # the PNG is optional: it may only be missing when matplotlib is
         assert importlib.util.find_spec("matplotlib") is None, "matplotlib is installed but no PNG was written"
+
+
+def test_committed_results_are_summaries_not_raw_samples():
+    files = glob.glob(os.path.join(REPO, "docs", "benchmarks", "*.json")) + glob.glob(
+        os.path.join(REPO, "docs", "gpu_results", "*.json"))
+    assert files
+    raw = {os.path.relpath(f, REPO): n for f in files
+           if (n := _longest_number_list(json.load(open(f, encoding="utf-8")))) > MAX_LIST}
+    assert raw == {}, f"raw sample lists committed (longest list per file): {raw}"
+    names = [os.path.basename(f) for f in glob.glob(os.path.join(REPO, "docs", "gpu_results", "*")) +
+             glob.glob(os.path.join(REPO, "docs", "benchmarks", "*"))]
+    assert not [n for n in names if re.search(r"issue\d|run\d|^final_|^gate_", n)], \
+        "results are named after what they measure, not after the issue or run that produced them"
+
+
+def test_committed_cpu_summary_renders_the_committed_report(suite):
+    """The summary keeps every figure of the report: re-rendering it gives docs/benchmarks/cpu_suite.md."""
+    with open(os.path.join(REPO, "docs", "benchmarks", "cpu_suite.json"), encoding="utf-8") as f:
+        summary = json.load(f)
+    with open(os.path.join(REPO, "docs", "benchmarks", "cpu_suite.md"), encoding="utf-8") as f:
+        assert suite.render_report(summary) == f.read()
+    m = summary["meta"]
+    assert m["cpu"] and m["cores"] and m["versions"]["iree-base-runtime"]
+
+
+def test_raw_samples_go_only_where_asked(suite, tmp_path, monkeypatch):
+    """--raw writes the samples to the named file; the report folder gets the summary."""
+    monkeypatch.setattr(suite, "all_cases", lambda sizes: [c for c in _cases(sizes) if c.name.startswith("tiny")])
+    monkeypatch.setenv("HIPDNN_IREE_CACHE", "0")
+    raw = tmp_path / "raw" / "samples.json"
+    raw.parent.mkdir()
+    out = tmp_path / "out"
+    assert suite.main(["--sizes", "tiny", "--repeats", "1", "--cold-repeats", "1", "--min-time", "0.01",
+                       "--runs", "1", "--out", str(out), "--raw", str(raw)]) == 0
+    samples = json.loads(raw.read_text())
+    assert len(samples["results"][0]["times"]["steady execute"]) >= 5
+    assert sorted(p.name for p in out.iterdir() if p.suffix != ".png") == ["cpu_suite.json", "cpu_suite.md"]
+    assert _longest_number_list(json.loads((out / "cpu_suite.json").read_text())) <= MAX_LIST
+
+
+def _cases(sizes):
+    from cases import all_cases
+    return all_cases(sizes)
+
+
+def test_gpu_figures_quoted_in_performance_md_are_in_the_summaries():
+    """docs/performance.md's gate table quotes gpu_real_blocks.json's `gate` run row by row, and its
+    before/after table the bench runs of gpu_graphs_vs_torch.json."""
+    with open(os.path.join(REPO, "docs", "gpu_results", "gpu_real_blocks.json"), encoding="utf-8") as f:
+        blocks = json.load(f)
+    rows = {(r["block"], r["dtype"]): r for r in blocks["runs"]["gate"]["rows"]}
+    assert blocks["runs"]["gate"]["passed"] == 27 and blocks["machine"]["gpu"].startswith("NVIDIA H200")
+    with open(os.path.join(REPO, "docs", "performance.md"), encoding="utf-8") as f:
+        perf = f.read()
+    quoted = 0
+    for line in perf.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 11 and (cells[0], "f32") in rows:
+            for i, dt in enumerate(("f32", "f16", "bf16")):
+                r = rows[(cells[0], dt)]
+                ms, torch_ms = re.match(r"([\d.]+) \(([\d.]+)\)", cells[2 + 3 * i]).groups()
+                assert abs(float(ms) - r["iree_ms"]["median"]) < 6e-4 and abs(float(torch_ms) - r["torch_eager_ms"]["median"]) < 6e-4
+                assert r["iree_ms"]["n"] == 50
+                quoted += 1
+    assert quoted == 27
+    with open(os.path.join(REPO, "docs", "gpu_results", "gpu_graphs_vs_torch.json"), encoding="utf-8") as f:
+        bench = json.load(f)
+    after = {(r["graph"], r["variant"]): r for r in bench["runs"]["after_gpu_fixes"]["rows"]}
+    assert "| matmul 4096^3 | 1.262 | 1.184 |" in perf
+    assert round(after[("matmul_4096", "base")]["hd_ms"]["median"], 3) == 1.184
+    before = {(r["graph"], r["variant"]): r for r in bench["runs"]["first_gpu_path"]["rows"]}
+    assert round(before[("matmul_4096", "base")]["hd_ms"]["median"], 3) == 1.262
