@@ -105,31 +105,40 @@ def compare(tensors, variant_pack, graph) -> list[str]:
     for t in tensors:
         if t.role != "output":
             continue
-        got = np.asarray(to_host(variant_pack[t.uid]))
-        ref = np.asarray(env[t.uid])
-        name = DataType(t.data_type).name
-        floating = np.issubdtype(numpy_dtype(t.data_type), np.floating) or name == "BFLOAT16"
-        if not floating:
-            frac = float(np.mean(got != ref)) if ref.size else 0.0
-            if frac > MISMATCH_FRACTION:
-                bad.append(f"output uid {t.uid} '{t.name}' ({name}): {frac:.2%} of {ref.size} elements differ "
-                           f"(bound {MISMATCH_FRACTION:.1e})")
-            continue
-        g64, r64 = got.astype(np.float64), ref.astype(np.float64)
-        finite = np.isfinite(r64)
-        new_nonfinite = int(np.count_nonzero(finite & ~np.isfinite(g64)))
-        scale = float(np.abs(r64[finite]).max()) if finite.any() else 0.0
-        with np.errstate(invalid="ignore"):
-            diff = np.abs(g64 - r64)[finite & np.isfinite(g64)]
-        err = float(diff.max()) if diff.size else 0.0
-        rel = err / max(scale, 1e-30) if scale > 0 else err
-        bound = RTOL.get(name, 2e-3)
-        if new_nonfinite or rel > bound:
-            off = int(np.count_nonzero(diff > bound * max(scale, 1e-30)))
-            bad.append(f"output uid {t.uid} '{t.name}' ({name}): max |err| {err:.4g}, max |ref| {scale:.4g}, "
-                       f"rel err {rel:.3g} (bound {bound:g}), {off} of {ref.size} elements off, "
-                       f"{new_nonfinite} non-finite where the reference is finite")
+        why = compare_arrays(t, np.asarray(to_host(variant_pack[t.uid])), np.asarray(env[t.uid]))
+        if why:
+            bad.append(why)
     return bad
+
+
+def compare_arrays(t, got: np.ndarray, ref: np.ndarray, what: str = "") -> str | None:
+    """None when output ``t``'s values ``got`` agree with ``ref`` within RTOL (per data type), else
+    one line saying by how much they differ (also autotune's check of candidates against plan 0)."""
+    from hipdnn_iree.plugin_sdk.buffers import numpy_dtype
+    from hipdnn_iree.plugin_sdk.types import DataType
+    name = DataType(t.data_type).name
+    floating = np.issubdtype(numpy_dtype(t.data_type), np.floating) or name == "BFLOAT16"
+    if not floating:
+        frac = float(np.mean(got != ref)) if ref.size else 0.0
+        if frac > MISMATCH_FRACTION:
+            return (f"output uid {t.uid} '{t.name}' ({name}): {frac:.2%} of {ref.size} elements differ{what} "
+                    f"(bound {MISMATCH_FRACTION:.1e})")
+        return None
+    g64, r64 = got.astype(np.float64), ref.astype(np.float64)
+    finite = np.isfinite(r64)
+    new_nonfinite = int(np.count_nonzero(finite & ~np.isfinite(g64)))
+    scale = float(np.abs(r64[finite]).max()) if finite.any() else 0.0
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(g64 - r64)[finite & np.isfinite(g64)]
+    err = float(diff.max()) if diff.size else 0.0
+    rel = err / max(scale, 1e-30) if scale > 0 else err
+    bound = RTOL.get(name, 2e-3)
+    if new_nonfinite or rel > bound:
+        off = int(np.count_nonzero(diff > bound * max(scale, 1e-30)))
+        return (f"output uid {t.uid} '{t.name}' ({name}): max |err| {err:.4g}, max |ref| {scale:.4g}, "
+                f"rel err {rel:.3g} (bound {bound:g}), {off} of {ref.size} elements off, "
+                f"{new_nonfinite} non-finite where the reference is finite{what}")
+    return None
 
 
 def after_execute(plan, variant_pack) -> None:

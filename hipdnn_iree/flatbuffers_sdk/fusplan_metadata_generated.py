@@ -122,8 +122,29 @@ class Metadata(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
         return o == 0
 
+    # Metadata
+    def EngineName(self) -> Optional[str]:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # Metadata
+    def EngineKnobs(self) -> Optional[str]:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # Metadata
+    def ShapeSpec(self) -> Optional[str]:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def MetadataStart(builder: flatbuffers.Builder):
-    builder.StartObject(8)
+    builder.StartObject(11)
 
 def MetadataAddPluginName(builder: flatbuffers.Builder, pluginName: int):
     builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(pluginName), 0)
@@ -154,6 +175,15 @@ def MetadataAddSignature(builder: flatbuffers.Builder, signature: int):
 
 def MetadataStartSignatureVector(builder, numElems: int) -> int:
     return builder.StartVector(1, numElems, 1)
+
+def MetadataAddEngineName(builder: flatbuffers.Builder, engineName: int):
+    builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(engineName), 0)
+
+def MetadataAddEngineKnobs(builder: flatbuffers.Builder, engineKnobs: int):
+    builder.PrependUOffsetTRelativeSlot(9, flatbuffers.number_types.UOffsetTFlags.py_type(engineKnobs), 0)
+
+def MetadataAddShapeSpec(builder: flatbuffers.Builder, shapeSpec: int):
+    builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(shapeSpec), 0)
 
 def MetadataEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()

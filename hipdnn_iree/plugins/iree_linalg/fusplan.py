@@ -48,7 +48,10 @@ MAX_ENTRIES = 256
 _HEADER = struct.Struct("<8sHHII")
 _SIG_DOMAIN = b"hipdnn-iree FUSPLAN signature v1\0"
 _STRINGS = ("plugin_name", "plugin_version", "producer_version", "compiler_version", "target_device", "target_arch")
-_META_FIELDS = [(name, VECTOR, 1) for name in _STRINGS] + [("body_sha256", VECTOR, 1), ("signature", VECTOR, 1)]
+# Third edition (appended after body_sha256 and signature): the engine config and the shape spec.
+_EXTRA_STRINGS = ("engine_name", "engine_knobs", "shape_spec")
+_META_FIELDS = ([(name, VECTOR, 1) for name in _STRINGS] + [("body_sha256", VECTOR, 1), ("signature", VECTOR, 1)]
+                + [(name, VECTOR, 1) for name in _EXTRA_STRINGS])
 _ENTRY_FIELDS = [("target", VECTOR, 1), ("target_device", VECTOR, 1), ("offset", SCALAR, 8), ("size", SCALAR, 8),
                  ("sha256", VECTOR, 1)]
 _INDEX_FIELDS = [("entries", VECTOR, 4)]
@@ -72,6 +75,9 @@ class Metadata:
     target_arch: str = ""
     body_sha256: bytes = b""
     signature: bytes = b""
+    engine_name: str = ""
+    engine_knobs: str = ""      # JSON object of knob values
+    shape_spec: str = ""        # JSON: the dims an override-shape plan lets vary
 
 
 @dataclass(frozen=True)
@@ -117,6 +123,10 @@ def signed_contents(kind: int, minor: int, meta: Metadata, envelope: bytes) -> b
         raw = getattr(meta, name).encode("utf-8")
         parts.append(struct.pack("<I", len(raw)) + raw)
     parts.append(struct.pack("<I", len(meta.body_sha256)) + bytes(meta.body_sha256))
+    for name in _EXTRA_STRINGS:   # NOTE: signed when present; plans without them verify as before
+        raw = getattr(meta, name).encode("utf-8")
+        if raw:
+            parts.append(name.encode() + struct.pack("<I", len(raw)) + raw)
     return b"".join(parts)
 
 
@@ -133,12 +143,16 @@ def _encode_metadata(meta: Metadata) -> bytes:
     offs = {name: b.CreateString(getattr(meta, name)) for name in _STRINGS}
     digest = b.CreateByteVector(bytes(meta.body_sha256))
     sig = b.CreateByteVector(bytes(meta.signature)) if meta.signature else None
+    extra = {name: b.CreateString(getattr(meta, name)) for name in _EXTRA_STRINGS if getattr(meta, name)}
     M.MetadataStart(b)
     for name in _STRINGS:
         getattr(M, "MetadataAdd" + "".join(p.capitalize() for p in name.split("_")))(b, offs[name])
     M.MetadataAddBodySha256(b, digest)
     if sig is not None:
         M.MetadataAddSignature(b, sig)
+    for name in _EXTRA_STRINGS:
+        if name in extra:
+            getattr(M, "MetadataAdd" + "".join(p.capitalize() for p in name.split("_")))(b, extra[name])
     b.Finish(M.MetadataEnd(b))
     return bytes(b.Output())
 
@@ -230,7 +244,8 @@ def _decode_metadata(buf) -> Metadata:
         raise FusplanError(f"FUSPLAN metadata block is not a valid Metadata FlatBuffer ({len(buf)} bytes): {e}: "
                            "the plan is damaged") from None
     fields = {name: _string(buf, pos, i, name) for i, name in enumerate(_STRINGS)}
-    return Metadata(**fields, body_sha256=_blob(buf, pos, 6), signature=_blob(buf, pos, 7))
+    extra = {name: _string(buf, pos, 8 + i, name) for i, name in enumerate(_EXTRA_STRINGS)}
+    return Metadata(**fields, body_sha256=_blob(buf, pos, 6), signature=_blob(buf, pos, 7), **extra)
 
 
 def _decode_index(body) -> tuple[Entry, ...]:

@@ -1,0 +1,121 @@
+"""The engine plugin contract: hipDNN's plugin entry points as Python methods.
+
+A plugin is one shared, stateless object. What belongs to one handle (device, compile target,
+cache setting) lives in a *session*, which the backend asks the plugin for once per handle
+(``create_session``), as hipDNN creates one plugin handle per backend handle. A plugin that keeps
+nothing per handle may omit ``create_session``; it is then called without a session.
+
+Calling convention (the backend's, ``hipdnn_iree/backend/engines.py``): for a plugin with
+``create_session``, every entry point marked *session* below gets ``session=`` as a keyword
+argument; the others get what they get for any plugin. ``op_graph`` is always hipDNN's graph
+FlatBuffer (``schemas/graph.fbs``), as hipDNN hands graphs to plugins.
+
+Required: ``name``, ``version``, ``get_all_engine_ids``, ``get_applicable_engine_ids``,
+``get_workspace_size``, ``create_execution_context``, ``destroy_execution_context``,
+``execute_op_graph``. Optional groups (each all or nothing):
+
+- serialization: ``serialize_execution_context``, ``destroy_serialized_execution_context``,
+  ``create_execution_context_from_serialized`` (without them a plan cannot be serialized:
+  NOT_SUPPORTED);
+- sessions: ``create_session``, ``destroy_session``;
+- engine configs: ``get_knobs``, ``get_engine_configs``, ``record_tuning``;
+- description: ``describe_payload`` (``inspect``/``plan_info``), ``describe_context``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+REQUIRED_METHODS = ("get_all_engine_ids", "get_applicable_engine_ids", "get_workspace_size",
+                    "create_execution_context", "destroy_execution_context", "execute_op_graph")
+SERIALIZATION_HOOKS = ("serialize_execution_context", "destroy_serialized_execution_context",
+                       "create_execution_context_from_serialized")
+# Entry points that take ``session=`` (plugins with create_session only).
+SESSION_METHODS = ("get_applicable_engine_ids", "get_workspace_size", "create_execution_context",
+                   "create_execution_context_from_serialized", "get_knobs", "get_engine_configs",
+                   "record_tuning", "serialize_execution_context")
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """What a handle asks of every plugin's session.
+
+    Attributes:
+        device: IREE HAL device URI, or None (compile-only).
+        target: the compile target the caller named (``"llvm-cpu:znver4"``, a list of several),
+            or None to derive it from the device.
+        cache: compile cache setting: None (environment), False, True or a folder path.
+    """
+
+    device: str | None
+    target: Any = None
+    cache: Any = None
+
+
+@runtime_checkable
+class EnginePlugin(Protocol):
+    """What the backend calls. Every method may raise ``hd.HipdnnError``; any other exception is
+    reported as PLUGIN_ERROR naming the plugin."""
+
+    name: str
+    version: str
+
+    def get_all_engine_ids(self) -> list[int]:
+        """Every engine id this plugin serves (FNV-1a 64 of the UPPER_CASE engine name)."""
+
+    def get_applicable_engine_ids(self, op_graph: bytes, **session) -> list[int]:
+        """*session* The engines that can run this graph (empty when none)."""
+
+    def get_workspace_size(self, engine_id: int, op_graph: bytes, **session) -> int:
+        """*session* Workspace bytes the caller passes to ``execute``."""
+
+    def create_execution_context(self, engine_id: int, op_graph: bytes, engine_config=None, **session):
+        """*session* Builds the plan of ``engine_config`` (an ``EngineConfig``; its knobs). For IREE:
+        lowers and compiles (through the compile cache)."""
+
+    def destroy_execution_context(self, ctx) -> None:
+        """Releases what ``ctx`` holds (always called once per context)."""
+
+    def execute_op_graph(self, ctx, variant_pack: dict, workspace=None) -> None:
+        """Runs ``ctx`` on the caller's buffers (UID -> buffer); outputs written in place."""
+
+
+class SessionPlugin(Protocol):
+    """Optional: per-handle state."""
+
+    def create_session(self, settings: SessionSettings):
+        """A session for one handle: validates and resolves the settings (e.g. the target from the
+        device), or raises HipdnnError. The session's ``target`` attribute, when present, is the
+        handle's resolved target string."""
+
+    def destroy_session(self, session) -> None:
+        """Releases the session."""
+
+
+class ConfigurablePlugin(Protocol):
+    """Optional: engine configs, knobs and tuning (API.md, "Engine configs, knobs and autotuning")."""
+
+    def get_knobs(self, engine_id: int, **session) -> list:
+        """*session* The engine's knobs (``hd.Knob``)."""
+
+    def get_engine_configs(self, engine_id: int, op_graph: bytes, heur_mode, **session) -> list[dict]:
+        """*session* Knob dicts worth building for this graph under ``heur_mode``, best first."""
+
+    def record_tuning(self, engine_id: int, op_graph: bytes, knobs: dict, timings: list, **session) -> None:
+        """*session* Remembers the autotuned knobs of this graph on this session's device."""
+
+
+class SerializablePlugin(Protocol):
+    """Optional: compiled-plan serialization (RFC 0009)."""
+
+    def serialize_execution_context(self, ctx, engine_config=None, **kw) -> bytes:
+        """The plugin payload of a built plan (bytes-like)."""
+
+    def destroy_serialized_execution_context(self, serialized) -> None:
+        """Always called once per serialized payload, error paths included."""
+
+    def create_execution_context_from_serialized(self, serialized, **kw):
+        """Restores a payload into a context, with no compiler."""
+
+    def describe_payload(self, serialized) -> dict:
+        """What ``inspect`` shows of a payload: a JSON-able dict, without loading any module."""
