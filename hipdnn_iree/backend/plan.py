@@ -11,6 +11,7 @@ Mirrors hipDNN's backend extension API (RFC 0009) in Python:
 from __future__ import annotations
 
 import enum
+import numbers
 from dataclasses import dataclass, field
 
 from hipdnn_iree.backend import envelope as _envelope
@@ -101,8 +102,8 @@ class ExecutionPlanDescriptor:
                               f"handle has no device (compile-only for target '{self.handle.target}'); "
                               "create a handle with a device to execute")
         need = int(self.workspace_size)
+        have = _workspace_nbytes(workspace)
         if need > 0:
-            have = 0 if workspace is None else memoryview(workspace).nbytes
             if have < need:
                 raise HipdnnError(Status.BAD_PARAM_SIZE_INSUFFICIENT,
                                   f"workspace of {have} bytes is smaller than the plan's {need} bytes")
@@ -314,3 +315,23 @@ def create_and_deserialize_execution_plan(handle: Handle, serialized_plan, verif
                                             f"plan payload's {ctx_uids}")
     return ExecutionPlanDescriptor(handle, env.engine_id, env.workspace_size, env.tensor_uids, plugin, ctx,
                                    engine_config=None, restored=True, envelope=env)
+
+
+def _workspace_nbytes(workspace) -> int:
+    """Bytes of an ``execute`` workspace: None (0), a buffer (bytes, bytearray, memoryview, numpy
+    array) or a ``__dlpack__`` tensor (torch, CuPy, JAX; its ``nbytes``). Anything else is BAD_PARAM,
+    also when the plan needs no workspace."""
+    if workspace is None:
+        return 0
+    if isinstance(workspace, (str, numbers.Number)):   # NOTE: numbers are not sizes; str is not memory
+        raise HipdnnError(Status.BAD_PARAM, f"workspace must be None or a buffer (numpy array, bytearray, a "
+                                            f"__dlpack__ tensor), got {type(workspace).__name__} {workspace!r}")
+    try:
+        return memoryview(workspace).nbytes
+    except (TypeError, ValueError, BufferError):
+        pass
+    nbytes = getattr(workspace, "nbytes", None)
+    if hasattr(workspace, "__dlpack__") and isinstance(nbytes, numbers.Integral) and not isinstance(nbytes, bool):
+        return int(nbytes)
+    raise HipdnnError(Status.BAD_PARAM, f"workspace must be None or a buffer (numpy array, bytearray, a "
+                                        f"__dlpack__ tensor), got {type(workspace).__name__}")

@@ -161,15 +161,19 @@ class Graph(ConvOps, NormOps, SdpaOps):
             _opt_float(threshold)
             raise HipdnnError(Status.NOT_SUPPORTED, "pointwise: threshold is not supported: hipDNN's graph schema has "
                                                     "no softplus threshold (softplus returns x where beta * x > 20)")
-        if axis is not None and (isinstance(axis, bool) or not isinstance(axis, numbers.Integral)):
-            raise HipdnnError(Status.BAD_PARAM, f"pointwise: axis must be an int (GEN_INDEX's axis), got {axis!r}")
-        params = {"operation": int(mode), "elu_alpha": _opt_float(alpha),
-                  "swish_beta": _opt_float(beta) if mode in (PointwiseMode.SWISH_FWD, PointwiseMode.SWISH_BWD)
+        if axis is not None and (isinstance(axis, bool) or not isinstance(axis, numbers.Integral)
+                                 or not -2**63 <= axis < 2**63):
+            raise HipdnnError(Status.BAD_PARAM, f"pointwise: axis must be an int64 (GEN_INDEX's axis), got {axis!r}")
+        # NOTE: NaN means "unset" in the node's fields, so a NaN argument is refused, not stored; the
+        # ReLU clips may be open-ended (-inf lower, +inf upper), every other parameter is finite.
+        params = {"operation": int(mode), "elu_alpha": _opt_float(alpha, "alpha"),
+                  "swish_beta": _opt_float(beta, "beta") if mode in (PointwiseMode.SWISH_FWD, PointwiseMode.SWISH_BWD)
                   else math.nan,
-                  "softplus_beta": _opt_float(beta) if mode not in (PointwiseMode.SWISH_FWD, PointwiseMode.SWISH_BWD)
-                  else math.nan,
-                  "relu_lower_clip": _opt_float(relu_lower_clip), "relu_upper_clip": _opt_float(relu_upper_clip),
-                  "relu_lower_clip_slope": _opt_float(relu_lower_clip_slope),
+                  "softplus_beta": _opt_float(beta, "beta") if mode not in (PointwiseMode.SWISH_FWD,
+                                                                            PointwiseMode.SWISH_BWD) else math.nan,
+                  "relu_lower_clip": _opt_float(relu_lower_clip, "relu_lower_clip", -math.inf),
+                  "relu_upper_clip": _opt_float(relu_upper_clip, "relu_upper_clip", math.inf),
+                  "relu_lower_clip_slope": _opt_float(relu_lower_clip_slope, "relu_lower_clip_slope"),
                   "axis": None if axis is None else int(axis)}
         return self._add_node(OpKind.POINTWISE, name, compute_data_type,
                               {"in_0_uid": a, "in_1_uid": b, "in_2_uid": c}, ["out_0_uid"], params)[0]
@@ -373,6 +377,9 @@ class Graph(ConvOps, NormOps, SdpaOps):
             engine = engine_id_from_name(engine)
         if isinstance(engine, bool) or not isinstance(engine, int):
             raise HipdnnError(Status.BAD_PARAM, f"engine must be an id or a name, got {engine!r}")
+        if not -2**63 <= engine < 2**63:
+            raise HipdnnError(Status.BAD_PARAM, f"engine id {engine} is out of range: engine ids are int64 "
+                                                "(FNV-1a 64 of the engine name, as hd.engine_id_from_name gives)")
         self._preferred = int(engine)
         self._preferred_label = f"'{label}' (id {engine})" if isinstance(label, str) else f"id {engine}"
         self._candidates, self._supported, self._plan = None, False, None
@@ -599,9 +606,15 @@ def _check_handle(handle):
         raise HipdnnError(Status.BAD_PARAM, f"expected a handle from hd.create_handle(), got {type(handle).__name__}")
 
 
-def _opt_float(v) -> float:
+def _opt_float(v, field: str = "threshold", infinity: float | None = None) -> float:
+    """``v`` as a float (None: NaN, meaning unset); finite, or the one ``infinity`` allowed."""
     if v is None:
         return math.nan
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise HipdnnError(Status.BAD_PARAM, f"expected a number, got {v!r}")
-    return float(v)
+        raise HipdnnError(Status.BAD_PARAM, f"pointwise: {field} must be a number, got {v!r}")
+    f = float(v)
+    if not math.isfinite(f) and f != infinity:
+        allowed = "" if infinity is None else f" or {infinity}"
+        raise HipdnnError(Status.BAD_PARAM, f"pointwise: {field} is {f}: it must be a finite number{allowed} "
+                                            f"(or None for the default)")
+    return f

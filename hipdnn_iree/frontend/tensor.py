@@ -1,8 +1,12 @@
 """``hd.TensorAttributes``: a graph tensor with chainable setters."""
 from __future__ import annotations
 
+import numbers
+
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.plugin_sdk.types import DataType, as_enum
+
+INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
 
 
 class TensorAttributes:
@@ -40,8 +44,13 @@ class TensorAttributes:
 
     def set_uid(self, uid: int):
         self._mutable()
-        if isinstance(uid, bool) or not isinstance(uid, int):
+        if isinstance(uid, bool) or not isinstance(uid, numbers.Integral):
             raise HipdnnError(Status.BAD_PARAM, f"tensor '{self._name}': uid must be an int, got {uid!r}")
+        # NOTE: uids are int64 in hipDNN's graph and plan FlatBuffers; negative ones are refused too
+        # (-1 marks an unconnected optional input in this project's graph descriptions).
+        if not 0 <= int(uid) <= INT64_MAX:
+            raise HipdnnError(Status.BAD_PARAM, f"tensor '{self._name}': uid {int(uid)} is out of range: uids "
+                                                f"are int64 values from 0 to 2**63 - 1")
         self._uid = int(uid)
         return self
 
@@ -103,6 +112,10 @@ def _int_list(values, field, name) -> list[int]:
         out = [int(v) for v in values]
         if any(isinstance(v, bool) or int(v) != v for v in values):
             raise ValueError
-        return out
     except (TypeError, ValueError):
         raise HipdnnError(Status.BAD_PARAM, f"tensor '{name}': {field} must be a list of ints, got {values!r}") from None
+    bad = [v for v in out if not INT64_MIN <= v <= INT64_MAX]
+    if bad:   # NOTE: dims and strides are int64 in hipDNN's graph FlatBuffer
+        raise HipdnnError(Status.BAD_PARAM, f"tensor '{name}': {field} {out}: {bad[0]} is out of the int64 range "
+                                            f"(-2**63 .. 2**63 - 1)")
+    return out

@@ -1,6 +1,8 @@
 """Validation and shape inference of the ops ``hd.Graph`` defines itself: matmul and pointwise."""
 from __future__ import annotations
 
+import math
+
 from hipdnn_iree.frontend.ops.registry import bad, register_frontend, register_infer
 from lowering.graph_ir import LoweringError, NodeDesc, OpKind
 
@@ -26,6 +28,7 @@ def infer_pointwise(node: NodeDesc, dims) -> dict:
     mode = at.operation
     if mode not in ARITY:
         raise bad(node, f"mode {mode} is not a supported pointwise mode")
+    _check_pointwise_floats(node)
     n = len(at.inputs())
     if n != ARITY[mode]:
         raise bad(node, f"mode {PointwiseMode(mode).name} takes {ARITY[mode]} input(s), got {n}")
@@ -33,3 +36,17 @@ def infer_pointwise(node: NodeDesc, dims) -> dict:
         return {at.out_0_uid: broadcast_shape([dims(u) for u in at.inputs()])}
     except LoweringError as e:
         raise bad(node, str(e)) from None
+
+
+# field -> the one infinity it may hold (ReLU clips may be open-ended); NaN means unset.
+_POINTWISE_FLOATS = {"elu_alpha": None, "swish_beta": None, "softplus_beta": None,
+                     "relu_lower_clip_slope": None, "relu_lower_clip": -math.inf, "relu_upper_clip": math.inf}
+
+
+def _check_pointwise_floats(node: NodeDesc) -> None:
+    """Graphs from JSON or hipDNN bytes skip ``Graph.pointwise``'s argument checks: same rule here."""
+    for field, infinity in _POINTWISE_FLOATS.items():
+        v = getattr(node.attrs, field)
+        if math.isinf(v) and v != infinity:
+            allowed = "" if infinity is None else f" or {infinity}"
+            raise bad(node, f"field '{field}' value {v}: it must be a finite number{allowed} (or unset)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numbers
 
 from hipdnn_iree.frontend.ops.registry import bad, register_frontend, register_infer
+from hipdnn_iree.frontend.tensor import INT64_MAX, INT64_MIN
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from lowering.graph_ir import LoweringError, NodeDesc, OpKind
 
@@ -17,15 +18,21 @@ def _int_tuple(op: str, field: str, value, rank: int | None) -> tuple[int, ...]:
         if rank is None:
             raise HipdnnError(Status.BAD_PARAM, f"{op}: {field}={value!r}: give one value per spatial dim as a "
                                                 f"list (the operand's dims are not known yet)")
-        return (int(value),) * rank
-    try:
-        items = list(value)
-    except TypeError:
-        items = None
+        items = [value] * rank
+    else:
+        try:
+            items = list(value)
+        except TypeError:
+            items = None
     if items is None or any(isinstance(e, bool) or not isinstance(e, numbers.Integral) for e in items):
         raise HipdnnError(Status.BAD_PARAM, f"{op}: {field} must be a list of ints (one per spatial dim), "
                                             f"got {value!r}")
-    return tuple(int(e) for e in items)
+    out = tuple(int(e) for e in items)
+    big = [e for e in out if not INT64_MIN <= e <= INT64_MAX]
+    if big:   # NOTE: int64 in hipDNN's graph FlatBuffer; the range of each value is checked at validate()
+        raise HipdnnError(Status.BAD_PARAM, f"{op}: {field} {list(out)}: {big[0]} is out of the int64 range "
+                                            f"(-2**63 .. 2**63 - 1)")
+    return out
 
 
 def _conv_params(op: str, ref, padding, pre_padding, post_padding, stride, dilation) -> dict:
@@ -41,7 +48,7 @@ def _conv_params(op: str, ref, padding, pre_padding, post_padding, stride, dilat
     dims = getattr(ref, "_dim", None)
     rank = len(dims) - 2 if dims is not None and len(dims) > 2 else None
     if padding is not None:
-        pre_padding = post_padding = padding
+        pre_padding = post_padding = _int_tuple(op, "padding", padding, rank)
     out = {}
     for field, value, default in (("pre_padding", pre_padding, 0), ("post_padding", post_padding, 0),
                                   ("stride", stride, 1), ("dilation", dilation, 1)):

@@ -6,6 +6,8 @@ value, and returns ``{output_uid: inferred_dims}``.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import Callable
 
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
@@ -26,9 +28,29 @@ def register_infer(kind: OpKind):
     def wrap(fn):
         if kind in INFER:
             raise RuntimeError(f"duplicate shape inference for {kind.name}")
-        INFER[kind] = fn
+        INFER[kind] = _checking_int64(fn)
         return fn
     return wrap
+
+
+def check_int64_fields(node: NodeDesc) -> None:
+    """Every integer field of the node's attributes fits hipDNN's int64 (graphs from JSON carry
+    arbitrary Python ints; without this, encoding them escaped as flatbuffers' TypeError)."""
+    for f in dataclasses.fields(node.attrs):
+        v = getattr(node.attrs, f.name)
+        items = v if isinstance(v, tuple) else (v,)
+        big = [e for e in items if isinstance(e, int) and not isinstance(e, bool) and not -2**63 <= e < 2**63]
+        if big:
+            raise bad(node, f"field '{f.name}' value {list(v) if isinstance(v, tuple) else v}: {big[0]} is out "
+                            f"of the int64 range (-2**63 .. 2**63 - 1)")
+
+
+def _checking_int64(fn):
+    @functools.wraps(fn)
+    def infer(node: NodeDesc, dims):
+        check_int64_fields(node)
+        return fn(node, dims)
+    return infer
 
 
 def bad(node: NodeDesc, message: str) -> HipdnnError:
@@ -48,7 +70,7 @@ def _register_parse_only() -> None:
     from lowering.graph_ir import LOWERED_KINDS
     for kind in OpKind:
         if kind not in LOWERED_KINDS:
-            INFER.setdefault(kind, _outputs_as_declared)
+            INFER.setdefault(kind, _checking_int64(_outputs_as_declared))
 
 
 _register_parse_only()
