@@ -153,6 +153,9 @@ def create_handle(device: str | None = "local-task", target: str | None = None,
         targets = tuple(str(t) for t in parsed)
     else:
         tgt = parse_target(target) if target is not None else default_target_for(device)
+    from hipdnn_iree.plugins.iree_linalg.targets import check_cpu_name
+    for t in (parsed if targets else [tgt]):
+        check_cpu_name(t)   # NOTE: an unknown LLVM CPU name is refused here, not at the first build
     if device is not None:
         from hipdnn_iree.plugins.iree_linalg.targets import check_runs_on
         check_runs_on(tgt, device, what="handle")

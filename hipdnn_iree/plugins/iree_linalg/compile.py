@@ -1,19 +1,34 @@
-"""In-process IREE compilation (``iree.compiler.api``) with captured diagnostics.
+"""IREE compilation in a child process (the ``iree-compile`` executable of iree-base-compiler).
 
 Imported only when a plan is built: restoring a plan never loads the compiler.
+
+NOTE: the compiler runs in a child process, not in this one (``iree.compiler.api``), because
+LLVM ends the process that hosts it on a fatal error (an unknown ``--iree-llvmcpu-target-cpu``
+exits the caller with status 1: no exception, no atexit handlers). A child that fails, dies by a
+signal or runs past the timeout becomes a :class:`HipdnnError`; the caller's process lives on.
+The child also makes builds interruptible (timeout) and lets several compile at once. What it
+costs per build is measured in ``docs/benchmarks/compile_process.md``.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import signal
+import subprocess
+import sys
 import tempfile
-import threading
 from dataclasses import dataclass
 
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.plugins.iree_linalg.targets import Target
 
-_LOCK = threading.Lock()  # NOTE: diagnostics are captured by redirecting fd 2, a process-wide resource
+INSTALL_HINT = "pip install 'iree-base-compiler==3.13.*'"
+# Seconds one compile may run before its child is killed; HIPDNN_IREE_COMPILE_TIMEOUT overrides it
+# (seconds; 0 or "none" = no limit), a ``timeout`` argument overrides both.
+COMPILE_TIMEOUT_S = 600.0
+TIMEOUT_ENV = "HIPDNN_IREE_COMPILE_TIMEOUT"
+_DIAG_LIMIT = 20000   # characters of the child's output kept in an error message
 
 
 @dataclass(frozen=True)
@@ -28,39 +43,150 @@ def compiler_version() -> str:
     return str(version.VERSION)
 
 
-def compile_mlir(mlir: str, target: Target, extra_flags: tuple[str, ...] = ()) -> Compiled:
-    """Compiles MLIR text to a ``.vmfb``; errors carry IREE's diagnostics and the MLIR."""
+_TOOL: list[str] = []   # the path once found (a missing compiler is looked for again)
+
+
+def _find_tool() -> str | None:
+    if _TOOL:
+        return _TOOL[0]
+    exe = "iree-compile.exe" if os.name == "nt" else "iree-compile"
+    candidates = []
     try:
-        from iree.compiler.api import Output, Session, Source
-    except ImportError as e:
+        # NOTE: find_spec locates the package without importing it (no MLIR bindings loaded).
+        spec = importlib.util.find_spec("iree.compiler")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        for loc in spec.submodule_search_locations:
+            candidates.append(os.path.join(loc, "_mlir_libs", exe))
+    if spec is not None:
+        # the console script pip installs beside this interpreter (it runs the same binary)
+        candidates.append(os.path.join(os.path.dirname(os.path.abspath(sys.executable)), exe))
+    for c in candidates:
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            _TOOL[:] = [c]
+            return c
+    return None
+
+
+def find_compiler() -> str:
+    """The path of the ``iree-compile`` executable shipped with iree-base-compiler (PATH is not
+    searched, so the tool always matches the installed Python package).
+
+    Raises:
+        HipdnnError: NOT_SUPPORTED, naming the package, when the compiler is not installed (or
+            ``iree.compiler`` cannot be imported in this process).
+    """
+    tool = _find_tool()
+    if tool is None:
         raise HipdnnError(Status.NOT_SUPPORTED,
-                          f"building a plan needs the IREE compiler (pip install iree-base-compiler): {e}") from None
+                          "building a plan needs the IREE compiler, which is not installed in this Python "
+                          f"environment (package iree-base-compiler, its iree-compile tool): {INSTALL_HINT}. "
+                          "Restoring compiled plans does not need it.")
+    return tool
+
+
+def compile_timeout(timeout: float | None = None) -> float | None:
+    """The timeout of one compile in seconds (None: no limit): the argument, else
+    ``HIPDNN_IREE_COMPILE_TIMEOUT``, else :data:`COMPILE_TIMEOUT_S`."""
+    source = "timeout"
+    if timeout is None:
+        text = os.environ.get(TIMEOUT_ENV, "").strip()
+        if not text:
+            return COMPILE_TIMEOUT_S
+        if text.lower() in ("0", "none", "off"):
+            return None
+        source, timeout = TIMEOUT_ENV, text
+    try:
+        value = float(timeout)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not value >= 0 or value == float("inf"):
+        raise HipdnnError(Status.BAD_PARAM, f"{source} must be a number of seconds >= 0 (0 = no limit), "
+                                            f"got {timeout!r}")
+    return value or None
+
+
+def _clip(text: str) -> str:
+    text = text.strip()
+    if len(text) > _DIAG_LIMIT:
+        text = text[:_DIAG_LIMIT // 2] + "\n... (cut) ...\n" + text[-_DIAG_LIMIT // 2:]
+    return text
+
+
+def _rejected_flag(diag: str, tool: str) -> bool:
+    """Whether iree-compile stopped at its command line (LLVM's option parser prefixes its errors
+    with the program name)."""
+    prefix = os.path.basename(tool) + ": "
+    return any(line.startswith(prefix) and ("Unknown command line argument" in line or ": for the -" in line
+                                            or "may only occur" in line)
+               for line in diag.splitlines())
+
+
+def _exit_description(rc: int) -> str:
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return f"was killed by {name} (exit status {rc})"
+    return f"exited with status {rc}"
+
+
+def compile_mlir(mlir: str, target: Target, extra_flags: tuple[str, ...] = (),
+                 timeout: float | None = None) -> Compiled:
+    """Compiles MLIR text to a ``.vmfb`` with ``iree-compile`` in a child process.
+
+    Args:
+        mlir: the module's text.
+        target: the compile target (its flags come first).
+        extra_flags: more ``iree-compile`` flags (graph flags, the plugin's own).
+        timeout: seconds before the child is killed; see :func:`compile_timeout`.
+
+    Returns:
+        the module, its dispatch count (IREE's scheduling statistics) and the flags it was
+        compiled with.
+
+    Raises:
+        HipdnnError: INTERNAL_ERROR with IREE's diagnostics and the MLIR when the compile fails,
+            the child dies or times out; BAD_PARAM when iree-compile rejects a flag; NOT_SUPPORTED
+            when the compiler is not installed.
+    """
+    tool = find_compiler()
+    limit = compile_timeout(timeout)
     with tempfile.TemporaryDirectory(prefix="hipdnn_iree_") as tmp:
         stats_path = os.path.join(tmp, "stats.json")
         flags = tuple(target.compile_flags()) + (
             "--iree-scheduling-dump-statistics-format=json",
             f"--iree-scheduling-dump-statistics-file={stats_path}",
         ) + tuple(extra_flags)
-        diag_path = os.path.join(tmp, "diag.txt")
-        with _LOCK:
-            session = Session()
-            try:
-                session.set_flags(*flags)
-            except Exception as e:
-                raise HipdnnError(Status.BAD_PARAM, f"IREE rejected compiler flags {list(flags)}: {e}") from None
-            inv = session.invocation()
-            inv.enable_console_diagnostics()
-            ok, vmfb = _run_capturing_stderr(diag_path, lambda: _run(inv, session, mlir, Source, Output))
-            inv.close()
-            session.close()
-        diag = ""
-        if os.path.exists(diag_path):
-            with open(diag_path, encoding="utf-8", errors="replace") as f:
-                diag = f.read()
-        if not ok:
+        src_path, out_path = os.path.join(tmp, "module.mlir"), os.path.join(tmp, "module.vmfb")
+        with open(src_path, "w", encoding="utf-8") as f:
+            f.write(mlir)
+        try:
+            proc = subprocess.run([tool, *flags, src_path, "-o", out_path], stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=limit)
+        except subprocess.TimeoutExpired as e:
+            diag = (e.output or b"").decode("utf-8", "replace")
             raise HipdnnError(Status.INTERNAL_ERROR,
-                              f"IREE failed to compile the graph for target '{target}'.\n"
-                              f"--- IREE diagnostics ---\n{diag.strip() or '(none)'}\n--- MLIR ---\n{mlir}")
+                              f"IREE compile for target '{target}' timed out after {limit:g} s and was stopped "
+                              f"(raise the limit with {TIMEOUT_ENV}=<seconds>, 0 = none).\n"
+                              f"--- IREE diagnostics ---\n{_clip(diag) or '(none)'}\n--- MLIR ---\n{mlir}") from None
+        except OSError as e:
+            raise HipdnnError(Status.NOT_SUPPORTED, f"the IREE compiler {tool} could not be started ({e}); "
+                                                    f"reinstall it: {INSTALL_HINT}") from None
+        diag = _clip(proc.stdout.decode("utf-8", "replace"))
+        if proc.returncode == 0 and os.path.isfile(out_path):
+            with open(out_path, "rb") as f:
+                vmfb = f.read()
+        elif proc.returncode != 0 and _rejected_flag(diag, tool):
+            raise HipdnnError(Status.BAD_PARAM, f"IREE rejected compiler flags {list(flags)}:\n{diag}")
+        else:
+            what = ("produced no module" if proc.returncode == 0
+                    else f"{_exit_description(proc.returncode)}")
+            raise HipdnnError(Status.INTERNAL_ERROR,
+                              f"IREE failed to compile the graph for target '{target}' (iree-compile {what}).\n"
+                              f"--- IREE diagnostics ---\n{diag or '(none)'}\n--- MLIR ---\n{mlir}")
         dispatches = None
         try:
             with open(stats_path, encoding="utf-8") as f:
@@ -69,27 +195,3 @@ def compile_mlir(mlir: str, target: Target, extra_flags: tuple[str, ...] = ()) -
         except (OSError, ValueError, KeyError, TypeError):
             pass
         return Compiled(vmfb, dispatches, flags)
-
-
-def _run(inv, session, mlir, Source, Output):
-    source = Source.wrap_buffer(session, mlir.encode("utf-8"))
-    if not inv.parse_source(source):
-        return False, b""
-    if not inv.execute():
-        return False, b""
-    out = Output.open_membuffer()
-    inv.output_vm_bytecode(out)
-    data = bytes(out.map_memory())
-    out.close()
-    return True, data
-
-
-def _run_capturing_stderr(path: str, fn):
-    saved = os.dup(2)
-    with open(path, "wb") as f:
-        os.dup2(f.fileno(), 2)
-        try:
-            return fn()
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)

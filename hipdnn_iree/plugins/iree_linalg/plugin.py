@@ -263,6 +263,8 @@ class IreeLinalgPlugin:
                                        compiler_version=hit.compiler_version or _cache.compiler_version_string())
             self._load(ctx)
             return ctx
+        from hipdnn_iree.plugins.iree_linalg.compile import find_compiler
+        find_compiler()   # NOT_SUPPORTED naming iree-base-compiler when it is missing (lowering verifies with it)
         try:
             lowered = lower(op_graph, target=str(self.target))
         except LoweringError as e:
