@@ -29,7 +29,6 @@ from lowering._fbs import graph_generated as G
 # schema declares no file_identifier, so hipDNN's readers ignore them; this project uses them to
 # tell its graphs from the pre-0.3 format (plans' module reflection, backend/selfcheck.py).
 FILE_IDENTIFIER = b"HDI1"
-SCHEMA_NAMESPACE = "hipdnn_flatbuffers_sdk.data_objects"
 MAX_TENSORS = 1 << 16
 MAX_NODES = 1 << 14
 MAX_RANK = 16

@@ -58,10 +58,6 @@ class Layout:
             n *= d
         return n
 
-    @property
-    def is_identity(self) -> bool:
-        return not self.bcast_axes and self.order == tuple(range(len(self.dims)))
-
 
 def packed_strides(dims) -> tuple[int, ...]:
     """Row-major packed strides for ``dims``."""

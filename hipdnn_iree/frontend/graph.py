@@ -94,7 +94,7 @@ class Graph(ConvOps, NormOps, SdpaOps):
         """A graph input (or, with ``value=``, a scalar constant baked into the plan)."""
         self._check_mutable()
         if value is not None:
-            if not isinstance(value, numbers.Real) or isinstance(value, bool) and False:
+            if not isinstance(value, numbers.Real):
                 raise HipdnnError(Status.BAD_PARAM, f"scalar tensor '{name}': value must be a number, got {value!r}")
             t = TensorAttributes(self, name=name or f"scalar_{len(self._tensors)}", uid=uid, dim=[], stride=[],
                                  data_type=data_type if data_type != DataType.NOT_SET else DataType.FLOAT,

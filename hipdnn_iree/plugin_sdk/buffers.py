@@ -79,11 +79,6 @@ class BoundTensor:
     def dtype(self) -> np.dtype:
         return numpy_dtype(self.data_type)
 
-    def describe(self) -> dict:
-        from hipdnn_iree.plugin_sdk.types import DataType
-        return {"uid": self.uid, "name": self.name, "role": self.role,
-                "data_type": DataType(self.data_type), "dims": list(self.dims), "strides": list(self.strides)}
-
 
 def _as_array(uid: int, t: BoundTensor, buf) -> np.ndarray:
     if isinstance(buf, np.ndarray):

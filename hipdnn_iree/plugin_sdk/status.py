@@ -46,8 +46,3 @@ class HipdnnError(Exception):
         self.status = Status(status)
         self.message = message
         super().__init__(f"[{self.status.name}] {message}")
-
-
-def fail(status: Status, message: str) -> HipdnnError:
-    """Builds an error to ``raise``; keeps call sites short."""
-    return HipdnnError(status, message)

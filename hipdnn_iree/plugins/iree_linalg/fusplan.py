@@ -36,7 +36,6 @@ MAGIC = b"FUSPLAN\0"
 FORMAT_MAJOR = 1
 FORMAT_MINOR = 1              # what this writer produces (minor 0: hipdnn-iree 0.1)
 FIXED_HEADER_SIZE = 20
-HEADER_SIZE = FIXED_HEADER_SIZE   # NOTE: kept for readers of the 0.1 name
 BODY_ALIGNMENT = 64           # IREE's VmModule.wrap_buffer needs the module this aligned
 KIND_GRAPH_FLATBUFFER = 1     # hipDNN graph FlatBuffer (what hipDNN's fusilli-provider writes): compiled on restore
 KIND_IREE_VMFB = 2

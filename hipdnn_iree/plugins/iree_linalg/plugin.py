@@ -388,14 +388,6 @@ class IreeLinalgPlugin:
         return views, copy_in, copy_back
 
     # -- plan identity and compatibility (envelope version 2) -----------------
-    def describe_execution_context(self, ctx: IreeExecutionContext) -> dict:
-        """What the envelope records about this plan's payload."""
-        from hipdnn_iree.plugins.iree_linalg.runtime import runtime_version
-        # NOTE: a restored context does not know its compiler; the backend keeps the envelope's value.
-        return {"compiler_version": ctx.compiler_version,
-                "target_device": {"llvm-cpu": "local", "rocm": "hip", "cuda": "cuda"}[ctx.target.backend],
-                "target_arch": str(ctx.target), "runtime_version": runtime_version()}
-
     def check_plan_compatibility(self, info: dict) -> None:
         """Rejects, before the payload is read, plans this handle cannot run (envelope v2 fields)."""
         from hipdnn_iree.plugins.iree_linalg.runtime import runtime_version
