@@ -333,3 +333,22 @@ def test_torch_tensor_workspace_is_accepted(built_matmul, rng):
     out = np.zeros((2, 2), np.float32)
     g.execute(h, {1: a, 2: b, 3: out}, workspace=torch.zeros(16, dtype=torch.uint8))
     np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")], ids=str)
+@pytest.mark.parametrize("op", ["layernorm", "rmsnorm", "sdpa"])
+def test_nan_or_infinite_epsilon_and_attn_scale_are_bad_param(op, value):
+    def fn():
+        g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+        x = g.tensor(name="x", uid=1, dim=[2, 4, 8, 8])
+        s = g.tensor(name="s", uid=2, dim=[1, 4, 8, 8])
+        if op == "layernorm":
+            y = g.layernorm(x, s, g.tensor(name="b", uid=3, dim=[1, 4, 8, 8]), epsilon=value)[0]
+        elif op == "rmsnorm":
+            y = g.rmsnorm(x, s, epsilon=value)
+        else:
+            y = g.sdpa(x, g.tensor(name="k", uid=3, dim=[2, 4, 8, 8]), g.tensor(name="v", uid=4, dim=[2, 4, 8, 8]),
+                       attn_scale=value)
+        y.set_output(True)
+        return g
+    _bad_param(fn, "attn_scale" if op == "sdpa" else "epsilon")
