@@ -289,8 +289,9 @@ class BatchnormInferenceAttrs(_Attrs):
 
 @dataclass(frozen=True)
 class LayernormAttrs(_Attrs):
-    """Normalizes over the last ``normalized_dim_count`` axes; 0 (absent, as in graphs
-    written before hipDNN had the field) means every axis after the batch axis."""
+    """Normalizes over the trailing axes where the scale has x's extents (hipDNN's rule,
+    ``lowering.ops.norm.norm_axes``); ``normalized_dim_count``, when set (not 0), must name
+    the same axes, or, for a scale of all 1s, names them."""
 
     KIND: ClassVar[OpKind] = OpKind.LAYERNORM
     SPEC: ClassVar = (("x_tensor_uid", "x_uid", "uid"), ("scale_tensor_uid", "scale_uid", "uid"),
@@ -313,7 +314,8 @@ class LayernormAttrs(_Attrs):
 
 @dataclass(frozen=True)
 class RmsnormAttrs(_Attrs):
-    """``y = x / rms(x) * scale (+ bias)``; TRAINING also outputs ``inv_rms`` ([N, 1, ...])."""
+    """``y = x / rms(x) * scale (+ bias)``; TRAINING also outputs ``inv_rms`` ([N, 1, ...]).
+    ``forward_phase`` NOT_SET (graphs written before this project wrote it) reads as INFERENCE."""
 
     KIND: ClassVar[OpKind] = OpKind.RMSNORM
     SPEC: ClassVar = (("x_tensor_uid", "x_uid", "uid"), ("scale_tensor_uid", "scale_uid", "uid"),
@@ -335,7 +337,7 @@ class RmsnormAttrs(_Attrs):
         return f"rmsnorm fields {bad} are not supported (inference: x, scale, epsilon -> y)" if bad else None
 
 
-_SDPA_UNHONOURED = ("scale_uid", "seq_len_q_uid", "seq_len_kv_uid", "seed_uid", "offset_uid", "dropout_mask_uid",
+_SDPA_UNHONOURED = ("seq_len_q_uid", "seq_len_kv_uid", "seed_uid", "offset_uid", "dropout_mask_uid",
                     "dropout_scale_uid", "page_table_k_uid", "page_table_v_uid", "block_mask_uid", "sink_token_uid",
                     "descale_q_uid", "descale_k_uid", "descale_v_uid", "descale_s_uid", "scale_s_uid",
                     "scale_o_uid", "stats_uid", "max_uid", "sum_exp_uid", "rng_dump_uid", "amax_s_uid",
@@ -346,7 +348,9 @@ _SDPA_UNHONOURED = ("scale_uid", "seq_len_q_uid", "seq_len_kv_uid", "seed_uid", 
 @dataclass(frozen=True)
 class SdpaAttrs(_Attrs):
     """``is_causal`` is hipDNN's ``causal_mask`` (top-left aligned); a graph that says causal
-    the newer way (``right_bound = 0``, TOP_LEFT alignment, no left bound) decodes to the same."""
+    the newer way (``right_bound = 0``, TOP_LEFT alignment, no left bound) decodes to the same.
+    The scale is ``attn_scale_value`` or the one-element tensor ``scale_tensor_uid`` (a
+    constant, or a tensor bound at execute), not both; neither means ``1/sqrt(head_dim)``."""
 
     KIND: ClassVar[OpKind] = OpKind.SDPA
     SPEC: ClassVar = (
@@ -429,7 +433,7 @@ class SdpaAttrs(_Attrs):
         if not bad:
             return None
         return (f"sdpa fields {sorted(set(bad))} are not supported (this engine does q/k/v/o, an optional "
-                "attn_mask, attn_scale_value and top-left causal masking)")
+                "attn_mask, attn_scale_value or scale_tensor_uid, and top-left causal masking)")
 
 
 def _generic(kind: OpKind, spec: tuple, outs: tuple[str, ...]) -> type[_Attrs]:
@@ -581,11 +585,6 @@ def unsupported_reason(graph: GraphDesc, lowered=LOWERED_KINDS) -> str | None:
                        "lowered by this project")
             continue
         r = n.attrs.unsupported()
-        if n.kind == OpKind.LAYERNORM and n.attrs.normalized_dim_count and not r:
-            rank = len(graph.tensor(n.attrs.x_uid).dims) if n.attrs.x_uid in graph._by_uid else 0
-            if n.attrs.normalized_dim_count != rank - 1:
-                r = (f"normalized_dim_count {n.attrs.normalized_dim_count} is not supported: this engine normalizes "
-                     f"every axis after the batch axis ({rank - 1} of x's {rank})")
         if r:
             why.append(f"node '{n.name}' ({n.kind.name}): {r}")
     for t in graph.tensors:
@@ -673,8 +672,62 @@ def _encode_attrs(b: flatbuffers.Builder, attrs: _Attrs) -> int:
     return getattr(G, f"{table}End")(b)
 
 
+_FLOAT_DATA_TYPES = (G.DataType.FLOAT, G.DataType.HALF, G.DataType.BFLOAT16, G.DataType.DOUBLE)
+
+
+def default_compute_type(graph: GraphDesc, node: NodeDesc) -> int:
+    """The compute type a node whose own and graph's compute types are UNSET runs in here.
+
+    FLOAT, except INT32 for a matmul of integer operands (what ``LowerContext.compute_elem``
+    falls back to: float math in f32, integer matmuls accumulate in i32).
+    """
+    if node.kind == OpKind.MATMUL:
+        a = graph._by_uid.get(node.attrs.a_uid)
+        if a is not None and a.data_type not in _FLOAT_DATA_TYPES + (G.DataType.UNSET,):
+            return G.DataType.INT32
+    return G.DataType.FLOAT
+
+
+def resolved_compute_type(graph: GraphDesc, node: NodeDesc) -> int:
+    """hipDNN's frontend rule (``Attributes::fill_from_context``): the node's compute type,
+    else the graph's, else :func:`default_compute_type`."""
+    for dt in (node.compute_data_type, graph.compute_data_type):
+        if dt != G.DataType.UNSET:
+            return dt
+    return default_compute_type(graph, node)
+
+
+def as_hipdnn_writes(graph: GraphDesc) -> GraphDesc:
+    """``graph`` with what hipDNN's frontend stamps and its readers require filled in.
+
+    - every node's compute type resolved (:func:`resolved_compute_type`), and the graph's
+      (FLOAT when the caller set none; nodes carry their own);
+    - RMSNorm's ``forward_phase``: TRAINING when it has an ``inv_rms`` output, else INFERENCE;
+    - scalar constants of dims ``[]`` written as dims ``[1]``, strides ``[1]`` (the decoder
+      reads both back as ``[]``).
+
+    None of this changes what the lowering computes: each filled-in value is what it used
+    for the unset one.
+    """
+    nodes = []
+    for n in graph.nodes:
+        ct = resolved_compute_type(graph, n)
+        at = n.attrs
+        if n.kind == OpKind.RMSNORM and at.phase == G.NormFwdPhase.NOT_SET:
+            at = dataclasses.replace(at, phase=G.NormFwdPhase.TRAINING if at.inv_rms_uid != ABSENT
+                                     else G.NormFwdPhase.INFERENCE)
+        nodes.append(n if (ct, at) == (n.compute_data_type, n.attrs) else dataclasses.replace(
+            n, compute_data_type=ct, attrs=at))
+    tensors = tuple(dataclasses.replace(t, dims=(1,), strides=(1,)) if t.is_scalar and not t.dims else t
+                    for t in graph.tensors)
+    ct = graph.compute_data_type if graph.compute_data_type != G.DataType.UNSET else G.DataType.FLOAT
+    return dataclasses.replace(graph, compute_data_type=ct, tensors=tensors, nodes=tuple(nodes))
+
+
 def encode_graph(graph: GraphDesc) -> bytes:
-    """Serializes ``graph`` to hipDNN graph FlatBuffer bytes (deterministic)."""
+    """Serializes ``graph`` to hipDNN graph FlatBuffer bytes (deterministic), in the form
+    hipDNN's frontend writes (:func:`as_hipdnn_writes`)."""
+    graph = as_hipdnn_writes(graph)
     b = flatbuffers.Builder(1024)
     tensor_offsets = []
     for t in graph.tensors:
@@ -882,10 +935,13 @@ def decode_graph(data: bytes) -> GraphDesc:
                                     f"{MAX_RANK}")
             value = _decode_value(buf, t, tpos, what)
             rag = t.RaggedOffsetTensorUid()
+            dims = tuple(int(t.Dims(j)) for j in range(t.DimsLength()))
+            strides = tuple(int(t.Strides(j)) for j in range(t.StridesLength()))
+            if value is not None and dims == (1,) and strides in ((1,), (0,), ()):
+                dims = strides = ()   # NOTE: a scalar as hipDNN writes it ([1]/[1]) is the scalar []/[]
             tensors.append(TensorDesc(
                 uid=int(t.Uid()), name=_str(t.Name()), data_type=int(t.DataType()),
-                dims=tuple(int(t.Dims(j)) for j in range(t.DimsLength())),
-                strides=tuple(int(t.Strides(j)) for j in range(t.StridesLength())),
+                dims=dims, strides=strides,
                 is_virtual=bool(t.Virtual()), is_scalar=value is not None,
                 scalar_value=0.0 if value is None else value,
                 is_runtime_pass_by_value=bool(t.IsRuntimePassByValue()),

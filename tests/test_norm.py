@@ -534,8 +534,134 @@ def test_rmsnorm_invalid():
         return g.validate()
 
     bad_param(lambda: graph([1, 16], -0.5, as_tensor=True), "rmsnorm 'rms'", "epsilon", "-0.5")
-    bad_param(lambda: graph([16], 1e-5), "rmsnorm 'rms'", "scale", "[16]", "[1, 16]")
+    bad_param(lambda: graph([8], 1e-5), "rmsnorm 'rms'", "scale", "[8]", "axis 1", "16")
+    bad_param(lambda: graph([4, 16], 1e-5), "rmsnorm 'rms'", "scale", "[4, 16]", "trailing")
     graph([1, 16], 0.0)  # zero is a valid epsilon
+    graph([16], 1e-5)    # hipDNN's lower-rank scale, right-aligned
+
+
+# ---------------------------------------------------------------------------
+# hipDNN's norm shapes: the normalized axes are the trailing ones the scale spans
+# ---------------------------------------------------------------------------
+
+def _norm_numpy(x, scale, bias, eps, axes, centered=True):
+    """Independent float64 layernorm/rmsnorm over ``axes`` (numpy broadcasting for scale/bias)."""
+    x = np.asarray(x, np.float64)
+    mean = x.mean(axis=axes, keepdims=True) if centered else 0.0
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    inv = 1.0 / np.sqrt(var + eps)
+    y = (x - mean) * inv * np.asarray(scale, np.float64)
+    return (y + np.asarray(bias, np.float64) if bias is not None else y), mean, inv
+
+
+def _norm_engines(build, inputs, handle):
+    """``build()``'s graph on the IREE engine and on NUMPY_REFERENCE; outputs of each by uid."""
+    res = []
+    for eng in (None, "NUMPY_REFERENCE"):
+        g, outs = build()
+        if eng:
+            g.set_preferred_engine_id_ext(eng)
+        g.build(handle)
+        got = {u: empty_like_tensor(t) for u, t in outs.items()}
+        g.execute(handle, {**inputs, **got})
+        res.append(got)
+    return res
+
+
+# x dims, scale (and bias) dims, normalized axes
+HIPDNN_NORM_SHAPES = [([2, 7, 32], [1, 1, 32], (2,)),     # a transformer's per-token norm
+                      ([2, 7, 32], [32], (2,)),           # lower-rank scale, right-aligned
+                      ([6, 32], [32], (1,)),
+                      ([2, 3, 4, 5], [1, 1, 4, 5], (2, 3)),
+                      ([2, 1, 32], [1, 1, 32], (1, 2))]   # a size-1 axis: the same numbers either way
+
+
+@pytest.mark.parametrize("phase", [INFERENCE, TRAINING], ids=["inference", "training"])
+@pytest.mark.parametrize("x_dims,s_dims,axes", HIPDNN_NORM_SHAPES, ids=[f"{x}-{s}" for x, s, _ in HIPDNN_NORM_SHAPES])
+def test_layernorm_hipdnn_scale_shapes(cpu, rng, x_dims, s_dims, axes, phase):
+    X = random_array(x_dims, F, rng) + np.float32(3.0)
+    S, Bi = random_array(s_dims, F, rng, low=0.5, high=1.5), random_array(s_dims, F, rng)
+    stats = [1 if i in axes else d for i, d in enumerate(x_dims)]
+
+    def build():
+        g = hd.Graph(io_data_type=F)
+        x = g.tensor(name="X", uid=1, dim=x_dims)
+        s, b = g.tensor(name="scale", uid=2, dim=s_dims), g.tensor(name="bias", uid=3, dim=s_dims)
+        y, m, v = g.layernorm(x, s, b, epsilon=1e-5, forward_phase=phase, name="ln")
+        outs = {4: y.set_output(True).set_uid(4)}
+        if phase == TRAINING:
+            outs.update({5: m.set_output(True).set_uid(5), 6: v.set_output(True).set_uid(6)})
+        g.validate()
+        if phase == TRAINING:
+            assert m.get_dim() == stats and v.get_dim() == stats
+        return g, outs
+
+    want_y, want_m, want_v = _norm_numpy(X, S, Bi, 1e-5, axes)
+    for got in _norm_engines(build, {1: X, 2: S, 3: Bi}, cpu):
+        np.testing.assert_allclose(got[4], want_y, rtol=2e-5, atol=2e-5)
+        if phase == TRAINING:
+            assert got[5].shape == got[6].shape == tuple(stats)
+            np.testing.assert_allclose(got[5], want_m, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(got[6], want_v, rtol=1e-4)
+
+
+@pytest.mark.parametrize("x_dims,s_dims,axes", HIPDNN_NORM_SHAPES, ids=[f"{x}-{s}" for x, s, _ in HIPDNN_NORM_SHAPES])
+def test_rmsnorm_hipdnn_scale_shapes(cpu, rng, x_dims, s_dims, axes):
+    X = random_array(x_dims, F, rng)
+    S = random_array(s_dims, F, rng, low=0.5, high=1.5)
+
+    def build():
+        g = hd.Graph(io_data_type=F)
+        x = g.tensor(name="X", uid=1, dim=x_dims)
+        return g, {3: g.rmsnorm(x, g.tensor(name="scale", uid=2, dim=s_dims), epsilon=1e-6).set_output(True).set_uid(3)}
+
+    want, _, _ = _norm_numpy(X, S, None, 1e-6, axes, centered=False)
+    for got in _norm_engines(build, {1: X, 2: S}, cpu):
+        np.testing.assert_allclose(got[3], want, rtol=2e-5, atol=2e-5)
+
+
+def test_hipdnn_norm_shapes_in_an_imported_graph(cpu, rng):
+    """A hipDNN graph (bytes) with layernorm over [B, S, E] by a [1, 1, E] scale, epsilon written
+    [1]/[1] and normalized_dim_count 1, as hipDNN's frontend writes it."""
+    from lowering.graph_ir import GraphDesc, LayernormAttrs, NodeDesc, TensorDesc, encode_graph
+    t = (TensorDesc(1, "x", int(F), (2, 5, 16), (80, 16, 1)), TensorDesc(2, "s", int(F), (1, 1, 16), (16, 16, 1)),
+         TensorDesc(3, "b", int(F), (1, 1, 16), (16, 16, 1)),
+         TensorDesc(4, "eps", int(F), (1,), (1,), is_scalar=True, scalar_value=1e-5),
+         TensorDesc(5, "y", int(F), (2, 5, 16), (80, 16, 1)), TensorDesc(6, "mean", int(F), (2, 5, 1), (5, 1, 1)),
+         TensorDesc(7, "inv", int(F), (2, 5, 1), (5, 1, 1)))
+    at = LayernormAttrs(int(TRAINING), 1, 2, 3, 4, 5, mean_uid=6, inv_variance_uid=7, normalized_dim_count=1)
+    data = encode_graph(GraphDesc("ln", int(F), int(F), int(F), t, (NodeDesc("ln", int(F), at),)))
+    X, S, Bi = random_array([2, 5, 16], F, rng), random_array([1, 1, 16], F, rng), random_array([1, 1, 16], F, rng)
+    want = _norm_numpy(X, S, Bi, 1e-5, (2,))
+    for eng in (None, "NUMPY_REFERENCE"):
+        g = hd.Graph.from_hipdnn_graph(data)
+        if eng:
+            g.set_preferred_engine_id_ext(eng)
+        g.build(cpu)
+        out = {5: np.empty((2, 5, 16), np.float32), 6: np.empty((2, 5, 1), np.float32), 7: np.empty((2, 5, 1), np.float32)}
+        g.execute(cpu, {1: X, 2: S, 3: Bi, **out})
+        for u, w in zip((5, 6, 7), want):
+            np.testing.assert_allclose(out[u], w, rtol=1e-4, atol=2e-5)
+
+
+def test_norm_scale_shapes_hipdnn_does_not_define_are_refused():
+    def ln(s_dims, x_dims=(2, 5, 8), count=0):
+        from lowering.graph_ir import GraphDesc, LayernormAttrs, NodeDesc, TensorDesc, encode_graph
+        from lowering.layout import packed_strides
+        t = (TensorDesc(1, "x", int(F), x_dims, packed_strides(x_dims)),
+             TensorDesc(2, "s", int(F), s_dims, packed_strides(s_dims)),
+             TensorDesc(3, "b", int(F), s_dims, packed_strides(s_dims)),
+             TensorDesc(4, "eps", int(F), (), (), is_scalar=True, scalar_value=1e-5),
+             TensorDesc(5, "y", int(F), x_dims, packed_strides(x_dims)))
+        at = LayernormAttrs(int(INFERENCE), 1, 2, 3, 4, 5, normalized_dim_count=count)
+        return hd.Graph.from_hipdnn_graph(encode_graph(GraphDesc("g", int(F), 0, 0, t, (NodeDesc("ln", 0, at),))))
+
+    # all 1s: hipDNN's rule names no axis; refused unless normalized_dim_count names them
+    bad_param(lambda: ln((1, 1, 1)), "layernorm 'ln'", "[1, 1, 1]", "names no axis")
+    ln((1, 1, 1), count=1)
+    bad_param(lambda: ln((1, 5, 1)), "layernorm 'ln'", "[1, 5, 1]", "trailing")     # not a trailing run
+    bad_param(lambda: ln((1, 1, 8), count=2), "normalized_dim_count", "[1, 1, 8]")  # disagrees with the scale
+    ln((1, 5, 8), count=2)                                                          # agrees
 
 
 def test_lowering_rejects_bad_graph_bytes():

@@ -569,3 +569,85 @@ def test_sdpa_registered_everywhere():
     from lowering import LOWERINGS, OpKind
     assert FRONTEND_METHODS[OpKind.SDPA] == "sdpa" and hasattr(hd.Graph, "sdpa")
     assert all(OpKind.SDPA in r for r in (INFER, REFERENCES, LOWERINGS))
+
+
+# ---------------------------------------------------------------------------
+# The scale as a tensor (hipDNN's scale_tensor_uid)
+# ---------------------------------------------------------------------------
+
+def _numpy_attention(q, k, v, scale):
+    """Independent float64 softmax(q k^T * scale) v (same head counts)."""
+    s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k.astype(np.float64)) * scale
+    w = np.exp(s - s.max(-1, keepdims=True))
+    return np.einsum("bhij,bhje->bhie", w / w.sum(-1, keepdims=True), v.astype(np.float64))
+
+
+@pytest.mark.parametrize("path", ["fused", "composition"])
+@pytest.mark.parametrize("how", ["constant", "bound"])
+def test_sdpa_scale_tensor_python_api(cpu, rng, monkeypatch, how, path):
+    """attn_scale given as a one-element tensor: a constant (baked in) or dims [1] bound at execute."""
+    if path == "composition":
+        monkeypatch.delenv(sdpa_lowering.FUSED_ON_CPU_ENV)
+    dims = [2, 2, 8, 16]
+    qs, ks, vs = (random_array(dims, F, rng) for _ in range(3))
+
+    def build():
+        g = hd.Graph(io_data_type=F)
+        q, k, v = (g.tensor(name=n, uid=u, dim=dims) for n, u in (("q", Q), ("k", K), ("v", V)))
+        sc = g.tensor(name="scale", value=0.3) if how == "constant" else g.tensor(name="scale", uid=9, dim=[1])
+        g.sdpa(q, k, v, attn_scale=sc, name="att").set_output(True).set_uid(O)
+        return g
+
+    want = _numpy_attention(qs, ks, vs, 0.3)
+    for eng in (None, "NUMPY_REFERENCE"):
+        g = build()
+        if eng:
+            g.set_preferred_engine_id_ext(eng)
+        g.build(cpu)
+        if eng is None:
+            assert (FUSED_OP in lowered_mlir(g, cpu)) == (path == "fused")
+        o = np.full(dims, np.nan, np.float32)
+        pack = {Q: qs, K: ks, V: vs, O: o}
+        if how == "bound":
+            pack[9] = np.array([0.3], np.float32)
+        g.execute(cpu, pack)
+        np.testing.assert_allclose(o, want, rtol=2e-5, atol=2e-5)
+        if how == "bound":   # read at every execute
+            pack[9] = np.array([0.05], np.float32)
+            g.execute(cpu, pack)
+            np.testing.assert_allclose(o, _numpy_attention(qs, ks, vs, 0.05), rtol=2e-5, atol=2e-5)
+
+
+def test_sdpa_scale_tensor_in_an_imported_hipdnn_graph(cpu, rng):
+    """SdpaAttributes.scale_tensor_uid naming a pass-by-value tensor written [1]/[1], as hipDNN writes it."""
+    from lowering.graph_ir import ATTRS_BY_KIND, GraphDesc, NodeDesc, OpKind, TensorDesc, encode_graph
+    dims, st = (1, 2, 4, 8), (64, 32, 8, 1)
+    t = tuple(TensorDesc(u, n, int(F), dims, st) for u, n in ((Q, "q"), (K, "k"), (V, "v"), (O, "o")))
+    t += (TensorDesc(7, "scale", int(F), (1,), (1,), is_scalar=True, scalar_value=0.25),)
+    at = ATTRS_BY_KIND[OpKind.SDPA](q_uid=Q, k_uid=K, v_uid=V, o_uid=O, scale_uid=7)
+    data = encode_graph(GraphDesc("att", int(F), int(F), int(F), t, (NodeDesc("att", int(F), at),)))
+    qs, ks, vs = (random_array(list(dims), F, rng) for _ in range(3))
+    for eng in (None, "NUMPY_REFERENCE"):
+        g = hd.Graph.from_hipdnn_graph(data)
+        if eng:
+            g.set_preferred_engine_id_ext(eng)
+        g.build(cpu)
+        o = np.full(dims, np.nan, np.float32)
+        g.execute(cpu, {Q: qs, K: ks, V: vs, O: o})
+        np.testing.assert_allclose(o, _numpy_attention(qs, ks, vs, 0.25), rtol=2e-5, atol=2e-5)
+
+
+def test_sdpa_scale_tensor_refusals():
+    def qkv():
+        g = hd.Graph(io_data_type=F)
+        return g, [g.tensor(name=n, uid=u, dim=[1, 1, 4, 8]) for n, u in (("q", Q), ("k", K), ("v", V))]
+
+    g, (q, k, v) = qkv()
+    with pytest.raises(hd.HipdnnError) as e:
+        g.sdpa(q, k, v, attn_scale=g.tensor(name="sc", value=-1.0))
+    assert e.value.status == hd.Status.BAD_PARAM and "'sc'" in str(e.value) and "-1.0" in str(e.value)
+    g, (q, k, v) = qkv()
+    g.sdpa(q, k, v, attn_scale=g.tensor(name="sc", uid=9, dim=[1, 4]), name="att").set_output(True)
+    with pytest.raises(hd.HipdnnError) as e:
+        g.validate()
+    assert e.value.status == hd.Status.BAD_PARAM and "scale_tensor_uid" in str(e.value) and "[1, 4]" in str(e.value)

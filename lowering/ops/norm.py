@@ -6,7 +6,9 @@
   rounds once to the output type; a ``tensor.expand_shape`` puts the size-1
   reduced axes back.
 - ``batchnorm_inference``: one broadcasting elementwise generic.
-- ``layernorm`` / ``rmsnorm``: per-row statistics over axes 1.. in the compute
+- ``layernorm`` / ``rmsnorm``: per-row statistics over the normalized axes (the
+  trailing axes where the scale has x's extents, :func:`norm_axes`; axes 1.. for a scale
+  of dims ``[1, *x.dims[1:]]``) in the compute
   type (two passes for layernorm: the sum, then the sum of squared deviations
   from that mean), a small elementwise generic turning them into
   ``inv_variance``, and one elementwise generic that applies them.
@@ -84,14 +86,15 @@ def check_layernorm(at, dims: Dims, scalar=None) -> dict[int, tuple[int, ...]]:
     """Validates layernorm attributes; returns the dims of every output.
 
     ``scalar(uid)`` gives a scalar tensor's value (``None`` if not a scalar);
-    without it the epsilon value is not checked.
+    without it the epsilon value is not checked. The TRAINING statistics have x's
+    dims with 1 on the normalized axes (:func:`norm_axes`).
     """
     if at.phase not in (NormFwdPhase.INFERENCE, NormFwdPhase.TRAINING):
         raise LoweringError(f"field 'phase' value {_PHASE_NAMES.get(at.phase, at.phase)}: use "
                             "hd.NormFwdPhase.INFERENCE or hd.NormFwdPhase.TRAINING")
-    out = _check_row_norm(at, ("scale", "bias"), dims, scalar)
+    out = _check_row_norm(at, ("scale", "bias"), dims, scalar, at.normalized_dim_count)
     x = tuple(dims(at.x_uid))
-    stats = (x[0],) + (1,) * (len(x) - 1)
+    stats = stats_dims(x, norm_axes(x, tuple(dims(at.scale_uid)), at.normalized_dim_count))
     training = at.phase == NormFwdPhase.TRAINING
     for f in ("mean", "inv_variance"):
         uid = getattr(at, f"{f}_uid")
@@ -110,6 +113,65 @@ def check_rmsnorm(at, dims: Dims, scalar=None) -> dict[int, tuple[int, ...]]:
     return _check_row_norm(at, ("scale",), dims, scalar)
 
 
+def norm_axes(x: Sequence[int], scale: Sequence[int], normalized_dim_count: int = 0) -> tuple[int, ...]:
+    """The axes of ``x`` a layernorm/rmsnorm with this ``scale`` normalizes over, as hipDNN reads them.
+
+    ``scale`` is right-aligned to ``x`` (a lower rank gets leading 1s, as numpy broadcasts);
+    each of its extents is 1 or x's. The normalized axes are the trailing run where the
+    scale's extents equal x's (hipDNN's reference: ``normalizeDim`` = rank minus that run,
+    at least 1, so axis 0 is never normalized); the scale is 1 on every axis before it.
+    ``[1, *x.dims[1:]]`` normalizes axes 1.., ``[1, 1, E]`` on ``[B, S, E]`` the last one.
+    A scale of all 1s where x's last extent is not 1 names no axis: with
+    ``normalized_dim_count`` set the last that many axes are normalized (the scale
+    broadcasts over them), without it the graph is refused. A set
+    ``normalized_dim_count`` must otherwise name the same axes (size-1 axes aside).
+
+    Example:
+        >>> norm_axes((2, 5, 8), (1, 1, 8)), norm_axes((6, 32), (32,)), norm_axes((2, 5, 8), (1, 5, 8))
+        ((2,), (1,), (1, 2))
+    """
+    x, s = tuple(x), tuple(scale)
+    rank = len(x)
+    if not 1 <= len(s) <= rank:
+        raise LoweringError(f"field 'scale' dims {list(s)}: rank {len(s)} must be 1..{rank} (x's rank; a "
+                            f"lower rank is right-aligned, as numpy broadcasts; x dims {list(x)})")
+    s = (1,) * (rank - len(s)) + s
+    for i, (a, b) in enumerate(zip(x, s)):
+        if b not in (1, a):
+            raise LoweringError(f"field 'scale' dims {list(scale)}: axis {i} has extent {b}, neither 1 nor x's "
+                                f"{a} (x dims {list(x)})")
+    run = 0
+    while run < rank and s[rank - 1 - run] == x[rank - 1 - run]:
+        run += 1
+    first = 1 if run == rank else rank - run
+    if any(d != 1 for d in s[:first]):
+        raise LoweringError(f"field 'scale' dims {list(scale)}: the normalized axes (where the scale has x's "
+                            f"extents) must be the trailing ones, with the scale 1 on every axis before "
+                            f"them (x dims {list(x)}); e.g. [1, 1, E] normalizes the last axis of [B, S, E]")
+    axes = tuple(range(first, rank))
+    if normalized_dim_count:
+        if not 1 <= normalized_dim_count < rank:
+            raise LoweringError(f"field 'normalized_dim_count' value {normalized_dim_count}: must be 1..{rank - 1} "
+                                f"for x of rank {rank}")
+        named = tuple(range(rank - normalized_dim_count, rank))
+        if not axes:
+            return named
+        if [i for i in named if x[i] != 1] != [i for i in axes if x[i] != 1]:
+            raise LoweringError(f"field 'normalized_dim_count' value {normalized_dim_count} normalizes axes "
+                                f"{list(named)} but the scale dims {list(scale)} normalize axes {list(axes)} "
+                                f"(x dims {list(x)}); give the scale x's extents on exactly the normalized axes")
+    if not axes:
+        raise LoweringError(f"field 'scale' dims {list(scale)}: extent 1 on every axis names no axis to normalize "
+                            f"(x dims {list(x)}); give the scale x's extents on the normalized (trailing) axes, "
+                            "e.g. [1, *x.dims[1:]] for every axis after the batch axis")
+    return axes
+
+
+def stats_dims(x: Sequence[int], axes: Sequence[int]) -> tuple[int, ...]:
+    """Dims of per-row statistics (mean, inv_variance): x's, with 1 on the normalized ``axes``."""
+    return tuple(1 if i in axes else d for i, d in enumerate(x))
+
+
 def check_epsilon(value: float) -> None:
     if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
         raise LoweringError(f"field 'epsilon' value {value!r}: must be a finite number >= 0 (e.g. 1e-5)")
@@ -124,18 +186,28 @@ def _check_operand(at, field: str, want: tuple, dims: Dims, what: str) -> None:
         raise LoweringError(f"field '{field}' dims {list(got)}: expected {list(want)} ({what})")
 
 
-def _check_row_norm(at, operands: Sequence[str], dims: Dims, scalar) -> dict[int, tuple[int, ...]]:
+def _check_row_norm(at, operands: Sequence[str], dims: Dims, scalar,
+                    normalized_dim_count: int = 0) -> dict[int, tuple[int, ...]]:
     x = x_dims(at, dims)
     if len(x) < 2:
         raise LoweringError(f"field 'x' dims {list(x)}: needs rank >= 2 (batch axis 0, then the "
                             "normalized axes)")
-    want = (1,) + x[1:]
+    scale = None
     for f in operands:
-        _check_operand(at, f, want, dims, "[1, *x.dims[1:]]: one value per normalized element")
+        uid = getattr(at, f"{f}_uid")
+        if uid == ABSENT:
+            raise LoweringError(f"field '{f}' is missing: pass a tensor of dims {[1, *x[1:]]} (one value per "
+                                "normalized element; hipDNN's forms such as [1, 1, E] or [E] normalize fewer axes)")
+        got = tuple(dims(uid))
+        if scale is None:
+            scale = got
+            norm_axes(x, got, normalized_dim_count)
+        elif (1,) * (len(x) - len(got)) + got != (1,) * (len(x) - len(scale)) + scale:
+            raise LoweringError(f"field '{f}' dims {list(got)}: must match the scale's dims {list(scale)}")
     if at.epsilon_uid == ABSENT:
         raise LoweringError("field 'epsilon' is missing: pass a scalar such as 1e-5")
     eps_dims = tuple(dims(at.epsilon_uid))
-    if eps_dims != ():
+    if any(d != 1 for d in eps_dims):
         raise LoweringError(f"field 'epsilon' dims {list(eps_dims)}: must be a scalar constant "
                             "(pass a Python float or g.tensor(value=...))")
     if scalar is not None:
@@ -288,14 +360,16 @@ def lower_batchnorm_inference(ctx: LowerContext, node: NodeDesc) -> None:
     ctx.define(at.y_uid, em.elementwise(ins, ins[0].shape, out, body))
 
 
-def _row_stats(em: Emitter, x: Value, acc: str, eps: float, centered: bool) -> tuple[Value | None, Value]:
-    """Per-row (axis 0) mean (if ``centered``) and ``1/sqrt(var + eps)`` over axes 1.., in ``acc``.
+def _row_stats(em: Emitter, x: Value, acc: str, eps: float, centered: bool,
+               first: int = 1) -> tuple[Value | None, Value]:
+    """Per-row mean (if ``centered``) and ``1/sqrt(var + eps)`` over axes ``first``.., in ``acc``.
 
-    With ``centered`` the variance is the biased one around the mean, computed in a
-    second pass; without it, the mean of squares (RMSNorm).
+    A row is one index of the outer axes ``0..first-1``. With ``centered`` the variance is
+    the biased one around the mean, computed in a second pass; without it, the mean of
+    squares (RMSNorm). The results have x's dims with 1 on the normalized axes.
     """
-    axes = tuple(range(1, len(x.shape)))
-    n = float(math.prod(x.shape[1:]))
+    axes = tuple(range(first, len(x.shape)))
+    n = float(math.prod(x.shape[first:]))
     mean = None
     if centered:
         # NOTE: the first pass sums x - x[n, 0, ...] (shifted data): summing x itself
@@ -305,16 +379,17 @@ def _row_stats(em: Emitter, x: Value, acc: str, eps: float, centered: bool) -> t
         # reduction as a per-row operand. Reading x twice inside one reduction (once broadcast
         # from its first element) gave NaN on an H200 in f32 with IREE 3.13's CUDA codegen.
         mm = _Math(em, acc)
-        row = "affine_map<(d0) -> (d0)>"
-        pivot_map = f"affine_map<(d0) -> (d0{', 0' * len(axes)})>"
-        pv = em.generic([(x, pivot_map)], (x.shape[0],), acc, ["parallel"], row,
+        outer = ", ".join(f"d{i}" for i in range(first))
+        row = f"affine_map<({outer}) -> ({outer})>"
+        pivot_map = f"affine_map<({outer}) -> ({outer}{', 0' * len(axes)})>"
+        pv = em.generic([(x, pivot_map)], tuple(x.shape[:first]), acc, ["parallel"] * first, row,
                         lambda args: em.cast(args[0], x.elem, acc))
         s = reduce_rows(em, x, axes, acc, 0.0, lambda m, xv, st, a: m.add(a, m.sub(xv, st[0])), stats=[pv])
 
         def mean_body(args):
             return mm.add(args[1], mm.div(args[0], _fconst(em, n, acc)))
 
-        mean = em.generic([(s, row), (pv, row)], s.shape, acc, ["parallel"], row, mean_body)
+        mean = em.generic([(s, row), (pv, row)], s.shape, acc, ["parallel"] * first, row, mean_body)
 
         def sq_dev(m, xv, st, a):
             dev = m.sub(xv, st[0])
@@ -330,7 +405,7 @@ def _row_stats(em: Emitter, x: Value, acc: str, eps: float, centered: bool) -> t
 
     inv = em.elementwise([ss], ss.shape, acc, inv_std)
     # NOTE: [N] -> [N, 1, ...] so the elementwise pass broadcasts the stats over each row.
-    stat_shape = (x.shape[0],) + (1,) * (len(x.shape) - 1)
+    stat_shape = tuple(x.shape[:first]) + (1,) * len(axes)
     return (em.reshape(mean, stat_shape) if mean is not None else None), em.reshape(inv, stat_shape)
 
 
@@ -341,7 +416,8 @@ def lower_layernorm(ctx: LowerContext, node: NodeDesc) -> None:
     x, scale, bias = ctx.value(at.x_uid), ctx.value(at.scale_uid), ctx.value(at.bias_uid)
     acc, out = _compute(ctx, node), ctx.out_elem(at.y_uid)
     em = ctx.em
-    mean, inv = _row_stats(em, x, acc, ctx.tensor(at.epsilon_uid).scalar_value, centered=True)
+    first = norm_axes(x.shape, scale.shape, at.normalized_dim_count)[0]
+    mean, inv = _row_stats(em, x, acc, ctx.tensor(at.epsilon_uid).scalar_value, centered=True, first=first)
     ins = [x, mean, inv, scale, bias]
 
     def body(args):
@@ -362,7 +438,8 @@ def lower_rmsnorm(ctx: LowerContext, node: NodeDesc) -> None:
     x, scale = ctx.value(at.x_uid), ctx.value(at.scale_uid)
     acc, out = _compute(ctx, node), ctx.out_elem(at.y_uid)
     em = ctx.em
-    _, inv = _row_stats(em, x, acc, ctx.tensor(at.epsilon_uid).scalar_value, centered=False)
+    first = norm_axes(x.shape, scale.shape)[0]
+    _, inv = _row_stats(em, x, acc, ctx.tensor(at.epsilon_uid).scalar_value, centered=False, first=first)
     ins = [x, inv, scale]
 
     def body(args):

@@ -28,7 +28,8 @@ on a 2-core x86 host). The lowering does not know the target, so both get the fu
 Composition (:func:`lower_composition`, the fallback):
 
 1. ``s = q k^T`` (contraction over D),
-2. ``l = s * scale`` then the mask (boolean: keep where true; float: added) and
+2. ``l = s * scale`` (``attn_scale_value``, a constant ``scale_tensor_uid``, or one read from a
+   scale tensor bound at execute) then the mask (boolean: keep where true; float: added) and
    the causal mask (key ``j`` kept for query ``i`` iff ``j <= i``, top-left aligned),
 3. ``m = max_j l`` (numerically stable softmax), ``e = exp(l - m)``, ``z = sum_j e``,
 4. ``acc = e v`` (contraction over Skv), ``o = acc / z``.
@@ -151,6 +152,51 @@ def fused_path_blocker(q_elem: str, k_elem: str, v_elem: str, mask_elem: str | N
     return None
 
 
+def check_scale_value(value: float) -> None:
+    """A constant scale must be a positive finite number (as ``attn_scale``)."""
+    if not (math.isfinite(value) and value > 0):
+        raise LoweringError(f"field 'scale_tensor_uid' value {value}: it must be a positive finite number "
+                            "(or unset for 1/sqrt(head_dim))")
+
+
+def check_scale_dims(dims: tuple) -> None:
+    """The scale tensor holds one value: dims ``[]``, ``[1]``, ``[1, 1, 1, 1]`` ..."""
+    if any(d != 1 for d in dims):
+        raise LoweringError(f"field 'scale_tensor_uid' dims {list(dims)}: the scale tensor must hold one value "
+                            "(dims [1], or a scalar g.tensor(value=...))")
+
+
+def sdpa_scale(ctx: LowerContext, node: NodeDesc, head_dim: int) -> float | Value:
+    """The score scale: ``attn_scale_value``, a constant ``scale_tensor_uid``'s value, or, for a
+    scale tensor bound at execute, its one-element value (a module argument, read on the device)."""
+    at = node.attrs
+    if at.scale_uid == ABSENT:
+        return 1.0 / math.sqrt(head_dim) if is_nan(at.attn_scale) else float(at.attn_scale)
+    try:
+        if not is_nan(at.attn_scale):
+            raise LoweringError(f"both attn_scale_value ({at.attn_scale}) and scale_tensor_uid ({at.scale_uid}) "
+                                "are set; give the scale one way")
+        t = ctx.tensor(at.scale_uid)
+        check_scale_dims(tuple(t.dims))
+        if t.is_scalar:
+            check_scale_value(float(t.scalar_value))
+            return float(t.scalar_value)
+        v = ctx.value(at.scale_uid)
+        if v.elem not in FLOAT_TYPES:
+            raise LoweringError(f"field 'scale_tensor_uid': tensor '{t.name}' has element type {v.elem}; the "
+                                "scale must be a float", "unsupported")
+        return ctx.em.reshape(v, ())
+    except LoweringError as e:
+        raise LoweringError(f"sdpa '{node.name}': {e}", e.kind) from None
+
+
+def _scale_scalar(em: Emitter, scale: float | Value, elem: str) -> str:
+    """The scale as an SSA scalar of type ``elem`` (a constant, or read from a rank-0 tensor)."""
+    if isinstance(scale, Value):
+        return em.cast(em.op(f"tensor.extract {scale.ssa}[] : {scale.type}", "scale"), scale.elem, elem)
+    return em.const(scale, elem)
+
+
 @register_lowering(OpKind.SDPA)
 def lower_sdpa(ctx: LowerContext, node: NodeDesc) -> None:
     at = node.attrs
@@ -164,7 +210,7 @@ def lower_sdpa(ctx: LowerContext, node: NodeDesc) -> None:
         ct = "f32"  # NOTE: softmax needs a float type; an integer compute type falls back to f32
     b, hq, sq, d = q.shape
     skv = k.shape[2]
-    scale = 1.0 / math.sqrt(d) if is_nan(at.attn_scale) else float(at.attn_scale)
+    scale = sdpa_scale(ctx, node, d)
     mask = None
     if at.mask_uid != ABSENT:
         mask = ctx.value(at.mask_uid)
@@ -207,7 +253,7 @@ def _local_map(axes: list[str], sub: list[str]) -> str:
     return _amap(len(axes), [f"d{axes.index(a)}" for a in sub])
 
 
-def lower_fused(em: Emitter, q: Value, k: Value, v: Value, mask: Value | None, scale: float, causal: bool,
+def lower_fused(em: Emitter, q: Value, k: Value, v: Value, mask: Value | None, scale: float | Value, causal: bool,
                 out_elem: str) -> Value:
     """sdpa as one ``iree_linalg_ext.attention`` op (plus mask preparation and the fully-masked fix-up).
 
@@ -237,7 +283,7 @@ def lower_fused(em: Emitter, q: Value, k: Value, v: Value, mask: Value | None, s
     init = em.empty(tuple(size[a] for a in o_axes), out_elem)
     ins = [(q, [bd, *hds, md, k1d]), (k, [bd, hds[0], k2d, k1d]), (v, [bd, hds[0], k2d, nd])]
     maps = [_amap(len(dom), ax) for _, ax in ins] + [_amap(len(dom), [])]
-    operands = [x.ssa for x, _ in ins] + [em.const(scale, "f32")]
+    operands = [x.ssa for x, _ in ins] + [_scale_scalar(em, scale, "f32")]
     types = [x.type for x, _ in ins] + ["f32"]
     if op_mask is not None:
         maps.append(_amap(len(dom), op_mask[1]))
@@ -326,9 +372,12 @@ def _zero_fully_masked(em: Emitter, o: Value, o_axes: list[str], op_mask, k2d: s
                       full, select)
 
 
-def lower_composition(em: Emitter, q: Value, k: Value, v: Value, mask: Value | None, scale: float, causal: bool,
-                      ct: str) -> Value:
-    """sdpa as a chain of ``linalg.generic`` ops in compute type ``ct`` (the fallback; steps in the module doc)."""
+def lower_composition(em: Emitter, q: Value, k: Value, v: Value, mask: Value | None, scale: float | Value,
+                      causal: bool, ct: str) -> Value:
+    """sdpa as a chain of ``linalg.generic`` ops in compute type ``ct`` (the fallback; steps in the module doc).
+
+    ``scale`` is a number, or a rank-0 tensor (a scale bound at execute) read in the logits pass.
+    """
     b, hq, sq, d = q.shape
     hk, skv, dv = k.shape[1], k.shape[2], v.shape[3]
     grp = hq // hk
@@ -361,9 +410,12 @@ def lower_composition(em: Emitter, q: Value, k: Value, v: Value, mask: Value | N
             mask = em.reshape(mask, (1,) * (4 - len(mask.shape)) + mask.shape)
             mask = _split_heads(em, mask, 1, *((hk, grp) if mask.shape[1] == hq else (1, 1)))
         inputs.append(mask)
+    if isinstance(scale, Value):
+        inputs.append(scale)   # NOTE: rank 0: broadcast to every score
 
     def logits(a):
-        x = mm(a[0], em.const(scale, ct))
+        sc = em.cast(a[len(inputs) - 1], scale.elem, ct) if isinstance(scale, Value) else em.const(scale, ct)
+        x = mm(a[0], sc)
         if mask is not None and mask.elem == "i1":
             x = em.op(f"arith.select {a[1]}, {x}, {em.const(-_INF, ct)} : {ct}")
         elif mask is not None:

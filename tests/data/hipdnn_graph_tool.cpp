@@ -1,6 +1,7 @@
 // A reader and a writer of hipDNN graph FlatBuffers built only on the C++ code flatc generates from
-// schemas/graph.fbs (tests/test_kind1.py compiles it). "read FILE" verifies the buffer and prints
-// one line per graph, tensor and node; "write FILE" builds a two-node graph with the generated
+// schemas/graph.fbs (tests/test_kind1.py and tests/test_hipdnn_graph.py compile it). "read FILE" verifies
+// the buffer and prints one line per graph, tensor and node (its compute type; for RMSNorm/layernorm
+// the phase and operands, for SDPA how the scale is given); "write FILE" builds a two-node graph with the generated
 // builders: D = relu(A[4x8] . B[8x5], upper clip 0.5), uids A 0, B 1, C 2 (virtual), D 3.
 #include <cstdio>
 #include <fstream>
@@ -42,7 +43,8 @@ static int read_graph(const char* path) {
     }
     if (g->nodes() != nullptr) {
         for (const fb::Node* n : *g->nodes()) {
-            std::printf("node %s type=%d", n->name() ? n->name()->c_str() : "", static_cast<int>(n->attributes_type()));
+            std::printf("node %s compute=%d type=%d", n->name() ? n->name()->c_str() : "",
+                        static_cast<int>(n->compute_data_type()), static_cast<int>(n->attributes_type()));
             if (const fb::MatmulAttributes* m = n->attributes_as_MatmulAttributes()) {
                 std::printf(" matmul a=%lld b=%lld c=%lld", static_cast<long long>(m->a_tensor_uid()),
                             static_cast<long long>(m->b_tensor_uid()), static_cast<long long>(m->c_tensor_uid()));
@@ -51,6 +53,17 @@ static int read_graph(const char* path) {
                             static_cast<long long>(p->in_0_tensor_uid()), static_cast<long long>(p->out_0_tensor_uid()));
                 if (p->in_1_tensor_uid().has_value()) std::printf(" in1=%lld", static_cast<long long>(*p->in_1_tensor_uid()));
                 if (p->relu_upper_clip().has_value()) std::printf(" upper_clip=%g", *p->relu_upper_clip());
+            } else if (const fb::RMSNormAttributes* r = n->attributes_as_RMSNormAttributes()) {
+                std::printf(" rmsnorm phase=%d x=%lld scale=%lld eps=%lld", static_cast<int>(r->forward_phase()),
+                            static_cast<long long>(r->x_tensor_uid()), static_cast<long long>(r->scale_tensor_uid()),
+                            static_cast<long long>(r->epsilon_tensor_uid()));
+            } else if (const fb::LayernormAttributes* l = n->attributes_as_LayernormAttributes()) {
+                std::printf(" layernorm phase=%d scale=%lld eps=%lld", static_cast<int>(l->forward_phase()),
+                            static_cast<long long>(l->scale_tensor_uid()), static_cast<long long>(l->epsilon_tensor_uid()));
+            } else if (const fb::SdpaAttributes* a = n->attributes_as_SdpaAttributes()) {
+                std::printf(" sdpa");
+                if (a->scale_tensor_uid().has_value()) std::printf(" scale_tensor=%lld", static_cast<long long>(*a->scale_tensor_uid()));
+                if (a->attn_scale_value().has_value()) std::printf(" attn_scale=%g", *a->attn_scale_value());
             }
             std::printf("\n");
         }

@@ -66,17 +66,22 @@ class NormOps:
 
     def layernorm(self, x, scale, bias, epsilon=1e-5, forward_phase=NormFwdPhase.INFERENCE,
                   compute_data_type=None, name=None):
-        """Layer normalization over every axis but axis 0 (the batch), as hipDNN/cuDNN do.
+        """Layer normalization over the axes the scale spans, as hipDNN reads them.
 
-        ``y = (x - mean) * inv_variance * scale + bias`` where, per batch row,
-        ``mean`` and the biased variance ``var`` are taken over axes 1.. and
-        ``inv_variance = 1 / sqrt(var + epsilon)``. ``scale`` and ``bias`` have
-        dims ``[1, *x.dims[1:]]``.
+        ``y = (x - mean) * inv_variance * scale + bias`` where ``mean`` and the
+        biased variance ``var`` are taken over the normalized axes and
+        ``inv_variance = 1 / sqrt(var + epsilon)``. The normalized axes are the
+        trailing axes where ``scale`` has x's extents (``scale`` is 1 before
+        them; a lower-rank scale is right-aligned, as numpy broadcasts):
+        ``[1, *x.dims[1:]]`` normalizes every axis after the batch axis,
+        ``[1, 1, E]`` (or ``[E]``) on x ``[B, S, E]`` each token. ``bias`` has
+        the scale's dims. A scale of all 1s names no axis and is refused.
 
         Returns:
             ``(y, mean, inv_variance)``; in the TRAINING phase ``mean`` and
-            ``inv_variance`` are outputs of dims ``[N, 1, 1, ...]``, in INFERENCE
-            they are ``None``.
+            ``inv_variance`` are outputs of x's dims with 1 on the normalized
+            axes (``[N, 1, 1, ...]`` for the full scale), in INFERENCE they are
+            ``None``.
 
         Example:
             >>> import hipdnn_iree as hd
@@ -97,9 +102,12 @@ class NormOps:
         return (res[0], res[1], res[2]) if len(res) == 3 else (res[0], None, None)
 
     def rmsnorm(self, x, scale, epsilon=1e-5, compute_data_type=None, name=None) -> TensorAttributes:
-        """RMS normalization over every axis but axis 0: ``y = x / sqrt(mean(x^2) + epsilon) * scale``.
+        """RMS normalization: ``y = x / sqrt(mean(x^2) + epsilon) * scale``.
 
-        ``scale`` has dims ``[1, *x.dims[1:]]``.
+        The mean is taken over the axes the scale spans, as in :meth:`layernorm`:
+        ``[1, *x.dims[1:]]`` for every axis after the batch axis, ``[1, 1, E]``
+        or ``[E]`` for the last axis of ``[B, S, E]``. The node is written with
+        forward_phase INFERENCE.
 
         Example:
             >>> import hipdnn_iree as hd
@@ -109,7 +117,8 @@ class NormOps:
         """
         name = self._norm_name(OpKind.RMSNORM, name, epsilon)
         return self._add_node(OpKind.RMSNORM, name, compute_data_type,
-                              {"x_uid": x, "scale_uid": scale, "epsilon_uid": epsilon}, ["y_uid"])[0]
+                              {"x_uid": x, "scale_uid": scale, "epsilon_uid": epsilon}, ["y_uid"],
+                              {"phase": int(NormFwdPhase.INFERENCE)})[0]
 
     def _norm_name(self, kind: OpKind, name, epsilon) -> str:
         """The node's name; checks a known epsilon value now.

@@ -10,6 +10,7 @@ import numbers
 
 from hipdnn_iree.frontend.ops.registry import bad, register_frontend, register_infer
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
+from hipdnn_iree.frontend.tensor import TensorAttributes
 from hipdnn_iree.plugin_sdk.types import DataType
 from lowering.graph_ir import ABSENT, LoweringError, NodeDesc, OpKind
 
@@ -29,7 +30,10 @@ class SdpaOps:
 
         Args:
             q, k, v: query, key and value tensors.
-            attn_scale: positive factor applied to ``q k^T``; ``None`` means ``1 / sqrt(D)``.
+            attn_scale: positive factor applied to ``q k^T``; ``None`` means ``1 / sqrt(D)``. A
+                number is written as hipDNN's ``attn_scale_value``; a one-element tensor as its
+                ``scale_tensor_uid``: a constant (``g.tensor(value=0.125)``) is baked into the plan,
+                a tensor of dims ``[1]`` bound in the variant pack is read at every execute.
             is_causal: query ``i`` attends only to keys ``j <= i``. The mask is aligned to the
                 top-left corner (as PyTorch's ``is_causal``), also when ``Sq != Skv``: with
                 ``Sq > Skv`` the last queries see every key; with ``Sq < Skv`` the trailing keys
@@ -55,10 +59,17 @@ class SdpaOps:
             >>> o.get_dim()
             [1, 4, 16, 64]
         """
-        if attn_scale is not None and (isinstance(attn_scale, bool) or not isinstance(attn_scale, numbers.Real)
-                                       or math.isnan(attn_scale)):
-            raise HipdnnError(Status.BAD_PARAM, f"sdpa: attn_scale must be a positive number or None (meaning "
-                                                f"1/sqrt(head_dim)), got {attn_scale!r}")
+        scale_tensor = attn_scale if isinstance(attn_scale, TensorAttributes) else None
+        if scale_tensor is not None:
+            value = scale_tensor.get_value() if scale_tensor.is_scalar() else None
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise HipdnnError(Status.BAD_PARAM, f"sdpa: attn_scale tensor '{scale_tensor.get_name()}' has value "
+                                                    f"{value}; it must be a positive finite number")
+            attn_scale = None
+        elif attn_scale is not None and (isinstance(attn_scale, bool) or not isinstance(attn_scale, numbers.Real)
+                                         or math.isnan(attn_scale)):
+            raise HipdnnError(Status.BAD_PARAM, f"sdpa: attn_scale must be a positive number, a one-element tensor "
+                                                f"or None (meaning 1/sqrt(head_dim)), got {attn_scale!r}")
         if not isinstance(is_causal, bool):
             raise HipdnnError(Status.BAD_PARAM, f"sdpa: is_causal must be a bool, got {is_causal!r}")
         mask_type = getattr(mask, "_data_type", DataType.NOT_SET)
@@ -67,7 +78,8 @@ class SdpaOps:
                                                 f"use BOOLEAN (true = keep) or a float type (added to the scores)")
         params = {"attn_scale": math.nan if attn_scale is None else float(attn_scale), "is_causal": is_causal}
         return self._add_node(OpKind.SDPA, name, compute_data_type,
-                              {"q_uid": q, "k_uid": k, "v_uid": v, "mask_uid": mask}, ["o_uid"], params)[0]
+                              {"q_uid": q, "k_uid": k, "v_uid": v, "mask_uid": mask, "scale_uid": scale_tensor},
+                              ["o_uid"], params)[0]
 
 
 register_frontend(OpKind.SDPA, "sdpa")
@@ -76,7 +88,7 @@ register_frontend(OpKind.SDPA, "sdpa")
 @register_infer(OpKind.SDPA)
 def infer_sdpa(node: NodeDesc, dims) -> dict:
     """Checks q/k/v/mask dims, attn_scale and the compute type; returns o's dims."""
-    from lowering.ops.sdpa import mask_broadcasts, sdpa_shape
+    from lowering.ops.sdpa import check_scale_dims, mask_broadcasts, sdpa_shape
     at = node.attrs
     q, k, v = dims(at.q_uid), dims(at.k_uid), dims(at.v_uid)
     try:
@@ -87,6 +99,14 @@ def infer_sdpa(node: NodeDesc, dims) -> dict:
     if not math.isnan(scale) and not (math.isfinite(scale) and scale > 0):
         raise bad(node, f"field 'attn_scale' value {scale}: it must be a positive finite number "
                         f"(or unset for 1/sqrt(head_dim))")
+    if at.scale_uid != ABSENT:
+        if not math.isnan(scale):
+            raise bad(node, f"both attn_scale ({scale}) and scale_tensor_uid ({at.scale_uid}) are set; give the "
+                            "scale one way")
+        try:
+            check_scale_dims(tuple(dims(at.scale_uid)))
+        except LoweringError as e:
+            raise bad(node, str(e)) from None
     if at.mask_uid != ABSENT:
         scores = (q[0], q[1], q[2], k[2])
         if not mask_broadcasts(dims(at.mask_uid), scores):

@@ -61,10 +61,24 @@ def ref_batchnorm_inference(node: NodeDesc, env: dict) -> dict:
     return {at.y_uid: (x - mean) * inv * scale + bias}
 
 
-def layernorm(x: np.ndarray, scale, bias, eps: float):
-    """``(y, mean, inv_variance)`` normalizing over axes 1.. with the biased variance."""
+def normalized_axes(x_shape, scale_shape, count: int = 0) -> tuple[int, ...]:
+    """hipDNN's rule, written from its description: the scale, right-aligned to x, has x's
+    extents on a trailing run of axes; those are normalized (never axis 0). A scale of all
+    1s names none: then the last ``count`` axes (``normalized_dim_count``)."""
+    rank = len(x_shape)
+    s = (1,) * (rank - len(scale_shape)) + tuple(scale_shape)
+    k = 0
+    while k < rank and s[-1 - k] == x_shape[-1 - k]:
+        k += 1
+    axes = tuple(range(max(1, rank - k), rank))
+    return axes if axes or not count else tuple(range(rank - count, rank))
+
+
+def layernorm(x: np.ndarray, scale, bias, eps: float, count: int = 0):
+    """``(y, mean, inv_variance)`` normalizing over :func:`normalized_axes` with the biased
+    variance; the statistics keep x's rank (1 on the normalized axes)."""
     x = _f64(x)
-    axes = tuple(range(1, x.ndim))
+    axes = normalized_axes(x.shape, np.shape(scale), count)
     mean = x.mean(axis=axes, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
     inv = 1.0 / np.sqrt(var + eps)
@@ -73,14 +87,15 @@ def layernorm(x: np.ndarray, scale, bias, eps: float):
 
 def rmsnorm(x: np.ndarray, scale, eps: float) -> np.ndarray:
     x = _f64(x)
-    ms = (x * x).mean(axis=tuple(range(1, x.ndim)), keepdims=True)
+    ms = (x * x).mean(axis=normalized_axes(x.shape, np.shape(scale)), keepdims=True)
     return x / np.sqrt(ms + eps) * _f64(scale)
 
 
 @register_reference(OpKind.LAYERNORM)
 def ref_layernorm(node: NodeDesc, env: dict) -> dict:
     at = node.attrs
-    y, mean, inv = layernorm(env[at.x_uid], env[at.scale_uid], env[at.bias_uid], float(env[at.epsilon_uid]))
+    y, mean, inv = layernorm(env[at.x_uid], env[at.scale_uid], env[at.bias_uid], _scalar(env[at.epsilon_uid]),
+                             at.normalized_dim_count)
     out = {at.y_uid: y}
     if at.phase == NormFwdPhase.TRAINING:
         out[at.mean_uid], out[at.inv_variance_uid] = mean, inv
@@ -90,4 +105,9 @@ def ref_layernorm(node: NodeDesc, env: dict) -> dict:
 @register_reference(OpKind.RMSNORM)
 def ref_rmsnorm(node: NodeDesc, env: dict) -> dict:
     at = node.attrs
-    return {at.y_uid: rmsnorm(env[at.x_uid], env[at.scale_uid], float(env[at.epsilon_uid]))}
+    return {at.y_uid: rmsnorm(env[at.x_uid], env[at.scale_uid], _scalar(env[at.epsilon_uid]))}
+
+
+def _scalar(v) -> float:
+    """A scalar operand's value, whether it comes as a number or a one-element array."""
+    return float(np.asarray(v, dtype=np.float64).reshape(-1)[0])

@@ -58,4 +58,6 @@ def ref_sdpa(node: NodeDesc, env: dict) -> dict:
         if mask.dtype.kind in "iu":  # NOTE: as the lowering: BOOLEAN keeps, floats add
             raise LoweringError(f"sdpa '{node.name}': mask type {mask.dtype} is not supported", "unsupported")
     scale = None if math.isnan(at.attn_scale) else at.attn_scale
+    if at.scale_uid != ABSENT:   # NOTE: a constant or a one-element tensor bound at execute
+        scale = float(np.asarray(env[at.scale_uid], dtype=np.float64).reshape(-1)[0])
     return {at.o_uid: sdpa(env[at.q_uid], env[at.k_uid], env[at.v_uid], scale, at.is_causal, mask)}
