@@ -9,8 +9,7 @@ import numpy as np
 import torch
 
 import hipdnn_iree as hd
-from _ab import interleaved_medians
-import lowering.ops.conv as conv_lowering
+from _ab import interleaved_medians, lowering_forms
 
 F = hd.DataType.FLOAT
 
@@ -20,9 +19,7 @@ def ndhwc(n, c, d, h, w):
 
 
 def build(n, c, k, d, hw, stride, as_2d):
-    saved = conv_lowering._CONV3D_AS_2D
-    conv_lowering._CONV3D_AS_2D = as_2d
-    try:
+    with lowering_forms(conv3d_as_2d=as_2d):
         g = hd.Graph(io_data_type=F)
         x = g.tensor(name="x", uid=1, dim=[n, c, d, hw, hw], stride=ndhwc(n, c, d, hw, hw))
         w = g.tensor(name="w", uid=2, dim=[k, c, 3, 3, 3], stride=ndhwc(k, c, 3, 3, 3))
@@ -30,8 +27,6 @@ def build(n, c, k, d, hw, stride, as_2d):
         y.set_output(True).set_uid(3)
         h = hd.create_handle(cache=False)
         g.build(h)
-    finally:
-        conv_lowering._CONV3D_AS_2D = saved
     return h, g, y.get_dim()
 
 

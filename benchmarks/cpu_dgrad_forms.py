@@ -9,8 +9,7 @@ import numpy as np
 import torch
 
 import hipdnn_iree as hd
-from _ab import interleaved_medians
-import lowering.ops.conv as conv_lowering
+from _ab import interleaved_medians, lowering_forms
 
 F = hd.DataType.FLOAT
 
@@ -20,8 +19,7 @@ def nhwc(n, c, h, w):
 
 
 def build(n, c, k, hw, stride, channels_last_form, layout):
-    conv_lowering._DGRAD_CHANNELS_LAST = channels_last_form
-    try:
+    with lowering_forms(dgrad_channels_last=channels_last_form):
         ohw = (hw + 2 - 3) // stride + 1
         g = hd.Graph(io_data_type=F)
         s_dy = nhwc(n, k, ohw, ohw) if layout == "nhwc" else None
@@ -31,8 +29,6 @@ def build(n, c, k, hw, stride, channels_last_form, layout):
         g.conv_dgrad(dy, w, padding=[1, 1], stride=[stride, stride]).set_dim([n, c, hw, hw]).set_output(True).set_uid(3)
         h = hd.create_handle(cache=False)
         g.build(h)
-    finally:
-        conv_lowering._DGRAD_CHANNELS_LAST = True
     return h, g, ohw
 
 

@@ -10,8 +10,7 @@ import numpy as np
 import torch
 
 import hipdnn_iree as hd
-from _ab import interleaved_medians
-import lowering.ops.conv as conv_lowering
+from _ab import interleaved_medians, lowering_forms
 
 F = hd.DataType.FLOAT
 FORMS = ("ngchw", "nhwgc", "split")   # conv_2d_ngchw_gfchw; conv_2d_nhwgc_gfhwc; one conv_2d_nhwc_hwcf per group
@@ -22,18 +21,13 @@ def nhwc(n, c, h, w):
 
 
 def build(n, c, k, g, hw, form, layout):
-    saved = conv_lowering._GROUPED_CHANNELS_LAST, conv_lowering._GROUPED_SPLIT
-    conv_lowering._GROUPED_CHANNELS_LAST = form != "ngchw"
-    conv_lowering._GROUPED_SPLIT = form == "split"
-    try:
+    with lowering_forms(grouped_channels_last=form != "ngchw", grouped_split_max=64 if form == "split" else 0):
         gr = hd.Graph(io_data_type=F)
         x = gr.tensor(name="x", uid=1, dim=[n, c, hw, hw], stride=nhwc(n, c, hw, hw) if layout == "nhwc" else None)
         w = gr.tensor(name="w", uid=2, dim=[k, c // g, 3, 3], stride=nhwc(k, c // g, 3, 3) if layout == "nhwc" else None)
         y = gr.conv_fprop(x, w, padding=[1, 1]).set_output(True).set_uid(3)
         h = hd.create_handle(cache=False)
         gr.build(h)
-    finally:
-        conv_lowering._GROUPED_CHANNELS_LAST, conv_lowering._GROUPED_SPLIT = saved
     return h, gr
 
 

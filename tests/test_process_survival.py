@@ -79,15 +79,15 @@ def test_valid_cpu_names_still_build(cpu):
 
 
 def test_cpu_list_is_asked_once_per_process_and_not_for_host():
-    _targets.known_cpus.cache_clear()
+    _compile.known_cpus.cache_clear()
     hd.create_handle(device=None, target="llvm-cpu:host", cache=False)
     hd.create_handle(device=None, target="llvm-cpu", cache=False)
-    assert _targets.known_cpus.cache_info().misses == 0
+    assert _compile.known_cpus.cache_info().misses == 0
     for cpu in ("znver4", "x86-64-v3", "znver4"):
         hd.create_handle(device=None, target=f"llvm-cpu:{cpu}", cache=False)
-    info = _targets.known_cpus.cache_info()
+    info = _compile.known_cpus.cache_info()
     assert info.misses == 1 and info.hits == 2
-    arch, cpus = _targets.known_cpus()
+    arch, cpus = _compile.known_cpus()
     assert "x86-64-v3" in cpus or arch != "x86_64"
 
 

@@ -16,20 +16,30 @@ import hipdnn_iree as hd
 from harness import compare_engines, filecheck, lowered_mlir, random_array
 from hipdnn_iree.plugins.numpy_reference.sdpa import sdpa as ref_sdpa
 from lowering.ops import sdpa as sdpa_lowering
+from lowering.policy import LoweringPolicy
 
 F, H, BF, BOOL = hd.DataType.FLOAT, hd.DataType.HALF, hd.DataType.BFLOAT16, hd.DataType.BOOLEAN
 Q, K, V, O, M = 1, 2, 3, 4, 5
 FUSED_OP = "iree_linalg_ext.attention"
 
 
+_DEFAULT_POLICY = LoweringPolicy.__dict__["for_target"]
+
+
 @pytest.fixture(autouse=True)
 def _fused_path_on_cpu(monkeypatch):
-    """These tests run the fused attention path on the CPU too (off by default there: slower)."""
-    monkeypatch.setenv(sdpa_lowering.FUSED_ON_CPU_ENV, "1")
+    """These tests run the fused attention path on the CPU too (off by default there: slower): the
+    default lowering policy is patched, and it is part of the compile cache key."""
+    fused = classmethod(lambda cls, target: _DEFAULT_POLICY.__func__(cls, target).with_(sdpa_fused=True))
+    monkeypatch.setattr(LoweringPolicy, "for_target", fused)
+
+
+def _default_policy(monkeypatch):
+    monkeypatch.setattr(LoweringPolicy, "for_target", _DEFAULT_POLICY)
 
 
 def test_cpu_defaults_to_the_composition_and_gpus_to_the_fused_op(monkeypatch):
-    monkeypatch.delenv(sdpa_lowering.FUSED_ON_CPU_ENV)
+    _default_policy(monkeypatch)
     from lowering import lower
     g = hd.Graph(io_data_type=H, compute_data_type=F)
     q, k, v = (g.tensor(uid=u, dim=[1, 2, 16, 8]) for u in (1, 2, 3))
@@ -587,7 +597,7 @@ def _numpy_attention(q, k, v, scale):
 def test_sdpa_scale_tensor_python_api(cpu, rng, monkeypatch, how, path):
     """attn_scale given as a one-element tensor: a constant (baked in) or dims [1] bound at execute."""
     if path == "composition":
-        monkeypatch.delenv(sdpa_lowering.FUSED_ON_CPU_ENV)
+        _default_policy(monkeypatch)
     dims = [2, 2, 8, 16]
     qs, ks, vs = (random_array(dims, F, rng) for _ in range(3))
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 from hipdnn_iree.backend import envelope as _envelope
 from hipdnn_iree.backend.handle import Handle, engine_name, has_serialization_hooks, plugin_name
+from hipdnn_iree.plugin_sdk.engine_config import EngineConfig
+from hipdnn_iree.plugin_sdk.engine_ids import engine_id_from_name
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 
 
@@ -43,15 +45,6 @@ class PlanTensor:
 
 
 @dataclass
-class EngineConfig:
-    """Which engine a built plan uses (and its knobs; none yet)."""
-
-    engine_id: int
-    engine_name: str
-    knobs: dict = field(default_factory=dict)
-
-
-@dataclass
 class ExecutionPlanDescriptor:
     """A finalized execution plan: built from a graph, or restored from bytes."""
 
@@ -61,13 +54,14 @@ class ExecutionPlanDescriptor:
     tensor_uids: tuple[int, ...]
     plugin: object
     context: object
-    engine_config: EngineConfig | None = None   # None when restored
+    engine_config: EngineConfig | None = None   # restored: what the payload says (describe_context), if anything
     restored: bool = False
     finalized: bool = True
     envelope: object = None                     # the decoded envelope when restored
     op_graph: bytes | None = None               # the graph FlatBuffer when built (the self-check's input)
     self_checked: bool = False                  # selfcheck.py: first execution compared already
     self_check_error: str | None = None         # selfcheck.py: the verdict of a failed comparison
+    _serialized_memo: tuple | None = None        # (arguments, bytes) of the last size query: the fill reuses it
 
     def get_attribute(self, attr: Attribute):
         attr = Attribute(attr)
@@ -91,8 +85,9 @@ class ExecutionPlanDescriptor:
         if attr == Attribute.EXECUTION_PLAN_ENGINE_CONFIG:
             if self.engine_config is None:
                 raise HipdnnError(Status.NOT_SUPPORTED,
-                                  "EXECUTION_PLAN_ENGINE_CONFIG is not available on a plan restored from a "
-                                  "compiled plan: the engine config is not serialized (RFC 0009)")
+                                  "EXECUTION_PLAN_ENGINE_CONFIG is not available on this restored plan: its payload "
+                                  "does not record the engine config (written before hipdnn-iree 0.3, or by an "
+                                  "engine that does not say)")
             return self.engine_config
         raise HipdnnError(Status.NOT_SUPPORTED, f"attribute {attr.name} is not supported")
 
@@ -125,20 +120,16 @@ class ExecutionPlanDescriptor:
                 self.finalized = False
 
 
-def build_execution_plan(handle: Handle, engine_id: int, op_graph: bytes, tensor_uids) -> ExecutionPlanDescriptor:
+def build_execution_plan(handle: Handle, engine_id: int, op_graph: bytes, tensor_uids,
+                         config: EngineConfig | None = None) -> ExecutionPlanDescriptor:
     """Normal build path: engine config + graph + plugin -> finalized plan."""
-    plugin = handle.resource_manager.plugin_for(engine_id)
+    rm = handle.resource_manager
+    plugin = rm.plugin_for(engine_id)
     if plugin is None:
         raise HipdnnError(Status.INTERNAL_ERROR, f"no loaded engine plugin serves engine id {engine_id}")
-    ws = int(plugin.get_workspace_size(engine_id, op_graph))
-    config = EngineConfig(engine_id, engine_name(handle, engine_id))
-    try:
-        ctx = plugin.create_execution_context(engine_id, op_graph, config)
-    except HipdnnError:
-        raise
-    except Exception as e:
-        raise HipdnnError(Status.PLUGIN_ERROR, f"engine plugin {plugin_name(plugin)} failed to build the plan: "
-                                               f"{type(e).__name__}: {e}") from None
+    ws = int(rm.call(plugin, "get_workspace_size", engine_id, op_graph))
+    config = config or EngineConfig(engine_id, engine_name(handle, engine_id))
+    ctx = rm.call(plugin, "create_execution_context", engine_id, op_graph, config)
     return ExecutionPlanDescriptor(handle, engine_id, ws, tuple(sorted(tensor_uids)), plugin, ctx, config,
                                    op_graph=bytes(op_graph))
 
@@ -234,9 +225,17 @@ def get_serialized_execution_plan(plan: ExecutionPlanDescriptor, requested_byte_
     ``"compiled"`` (the engine's compiled module) or ``"hipdnn_graph"`` (see
     ``Graph.serialize_compiled_plan``).
     """
-    data = _serialize(plan, signing_key, payload=payload)
+    # NOTE: the two-call pattern serializes once: the size query keeps the bytes for the fill
+    args = (signing_key if isinstance(signing_key, (bytes, str, type(None))) else id(signing_key), payload)
+    memo = getattr(plan, "_serialized_memo", None)
+    if memo is not None and memo[0] == args:
+        data = memo[1]
+    else:
+        data = _serialize(plan, signing_key, payload=payload)
     if serialized_plan is None:
+        plan._serialized_memo = (args, data)
         return len(data)
+    plan._serialized_memo = None
     if requested_byte_size < len(data):
         raise HipdnnError(Status.BAD_PARAM_SIZE_INSUFFICIENT,
                           f"requested_byte_size {requested_byte_size} is smaller than the plan's {len(data)} bytes")
@@ -287,34 +286,35 @@ def create_and_deserialize_execution_plan(handle: Handle, serialized_plan, verif
         raise HipdnnError(Status.NOT_SUPPORTED, f"engine plugin {plugin_name(plugin)} cannot restore compiled plans "
                                                 "(no serialization hooks)")
     legacy = env.layout == _envelope.LAYOUT_LEGACY_V2
-    check = getattr(plugin, "check_plan_compatibility", None)
-    if callable(check) and legacy:   # NOTE: 0.1.0 plans keep their identity in the envelope
-        check({"plugin_name": env.plugin_name, "plugin_version": env.plugin_version,
+    rm = handle.resource_manager
+    if callable(getattr(plugin, "check_plan_compatibility", None)) and legacy:
+        # NOTE: 0.1.0 plans keep their identity in the envelope
+        rm.call(plugin, "check_plan_compatibility", {"plugin_name": env.plugin_name, "plugin_version": env.plugin_version,
                "producer_version": env.producer_version, "compiler_version": env.compiler_version,
                "target_device": env.target_device, "target_arch": env.target_arch})
     takes_info = _takes_plan_info(plugin, plugin.create_execution_context_from_serialized)
     if verify_key is not None and not legacy and not takes_info:
         raise HipdnnError(Status.NOT_SUPPORTED, f"plugin {plugin_name(plugin)} cannot check plan signatures (it does "
                                                 "not take plan_info): restore without verify_key")
-    try:
-        if takes_info:
-            info = _plan_info(env.engine_id, env.workspace_size, env.tensor_uids,
-                              verify_key=None if legacy else verify_key, envelope_layout=env.layout,
-                              envelope_checked=legacy)
-            ctx = plugin.create_execution_context_from_serialized(env.plugin_payload, plan_info=info)
-        else:
-            ctx = plugin.create_execution_context_from_serialized(bytes(env.plugin_payload))
-    except HipdnnError:
-        raise
-    except Exception as e:
-        raise HipdnnError(Status.PLUGIN_ERROR, f"plugin {plugin_name(plugin)} refused the plan payload: "
-                                               f"{type(e).__name__}: {e}") from None
+    if takes_info:
+        info = _plan_info(env.engine_id, env.workspace_size, env.tensor_uids,
+                          verify_key=None if legacy else verify_key, envelope_layout=env.layout,
+                          envelope_checked=legacy)
+        ctx = rm.call(plugin, "create_execution_context_from_serialized", env.plugin_payload, plan_info=info)
+    else:
+        ctx = rm.call(plugin, "create_execution_context_from_serialized", bytes(env.plugin_payload))
     ctx_uids = sorted(t.uid for t in getattr(ctx, "tensors", []))
     if ctx_uids and ctx_uids != sorted(env.tensor_uids):
         raise HipdnnError(Status.BAD_PARAM, f"envelope tensor_uids {sorted(env.tensor_uids)} disagree with the "
                                             f"plan payload's {ctx_uids}")
+    config = None
+    if callable(getattr(plugin, "describe_context", None)):
+        said = rm.call(plugin, "describe_context", ctx) or {}
+        if said.get("engine_name"):
+            config = EngineConfig(engine_id_from_name(said["engine_name"]), said["engine_name"],
+                                  dict(said.get("knobs") or {}))
     return ExecutionPlanDescriptor(handle, env.engine_id, env.workspace_size, env.tensor_uids, plugin, ctx,
-                                   engine_config=None, restored=True, envelope=env)
+                                   engine_config=config, restored=True, envelope=env)
 
 
 def _workspace_nbytes(workspace) -> int:

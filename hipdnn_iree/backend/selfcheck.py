@@ -89,23 +89,44 @@ def before_execute(plan) -> None:
                           "hipdnn-iree); re-save it with this release or create the handle with self_check=False")
 
 
-def compare(tensors, variant_pack, graph) -> list[str]:
-    """Evaluates ``graph`` with the reference on the pack's inputs; returns one line per bad output."""
-    from hipdnn_iree.plugin_sdk.buffers import numpy_dtype
-    from hipdnn_iree.plugin_sdk.types import DataType
-    from hipdnn_iree.plugins.numpy_reference.plugin import evaluate
-    inputs = {t.uid: np.asarray(to_host(variant_pack[t.uid])) for t in tensors if t.role == "input"}
+def compare(plan, variant_pack) -> list[str]:
+    """Runs the plan's graph on the reference engine (through the plugin contract) with the pack's
+    inputs; returns one line per output that disagrees with what the plan wrote."""
+    from hipdnn_iree.backend.engines import REFERENCE_ENGINE
+    from hipdnn_iree.plugin_sdk.buffers import logical_from_dense, numpy_dtype
+    from hipdnn_iree.plugin_sdk.engine_ids import engine_id_from_name
+    from lowering.layout import physical_layout
+    tensors = getattr(plan.context, "tensors", None)
+    rm = plan.handle.resource_manager
+    ref = rm.reference_plugin()
+    if ref is None:
+        raise HipdnnError(Status.NOT_SUPPORTED, f"self-check needs the {REFERENCE_ENGINE} engine, which is not "
+                                                "installed")
+    data = getattr(plan, "op_graph", None) or getattr(plan.context, "op_graph", None)
+    pack, outs = {}, {}
+    for t in tensors:
+        if t.role == "input":
+            pack[t.uid] = np.asarray(to_host(variant_pack[t.uid]))
+        else:
+            shape = physical_layout(t.dims, t.strides, t.name).phys_shape
+            pack[t.uid] = outs[t.uid] = np.zeros(shape, numpy_dtype(t.data_type))
+    eid = engine_id_from_name(REFERENCE_ENGINE)
     try:
-        env = evaluate(graph, inputs)
-    except HipdnnError:
-        raise
-    except Exception as e:
-        raise HipdnnError(Status.EXECUTION_FAILED, f"self-check: the reference failed: {type(e).__name__}: {e}") from None
+        ctx = rm.call(ref, "create_execution_context", eid, data)
+        try:
+            rm.call(ref, "execute_op_graph", ctx, pack, None)
+        finally:
+            rm.call(ref, "destroy_execution_context", ctx)
+    except HipdnnError as e:
+        raise HipdnnError(Status.EXECUTION_FAILED, f"self-check: the reference failed: {e}") from None
     bad = []
     for t in tensors:
         if t.role != "output":
             continue
-        why = compare_arrays(t, np.asarray(to_host(variant_pack[t.uid])), np.asarray(env[t.uid]))
+        got = np.asarray(to_host(variant_pack[t.uid]))
+        if got.shape != tuple(t.dims):
+            got = logical_from_dense(t, got)
+        why = compare_arrays(t, got, np.asarray(logical_from_dense(t, outs[t.uid])))
         if why:
             bad.append(why)
     return bad
@@ -144,8 +165,8 @@ def compare_arrays(t, got: np.ndarray, ref: np.ndarray, what: str = "") -> str |
 def after_execute(plan, variant_pack) -> None:
     """Runs the comparison once; raises EXECUTION_FAILED (and remembers it) on a mismatch."""
     plan.self_checked = True
-    tensors = getattr(plan.context, "tensors", None)
-    bad = compare(tensors, variant_pack, graph_of(plan))
+    graph_of(plan)   # NOTE: refuses graphs in the pre-0.3 format before anything runs
+    bad = compare(plan, variant_pack)
     if bad:
         target = getattr(getattr(plan.context, "target", None), "__str__", lambda: "?")()
         plan.self_check_error = (f"self-check failed: the plan (engine {engine_name(plan.handle, plan.engine_id)}, "

@@ -11,6 +11,7 @@ from hipdnn_iree.frontend.ops.registry import FRONTEND_METHODS, INFER  # noqa: F
 from hipdnn_iree.frontend.ops.conv import ConvOps
 from hipdnn_iree.frontend.ops.norm import NormOps
 from hipdnn_iree.frontend.ops.sdpa import SdpaOps
+from hipdnn_iree.frontend.plans import PlanOps, PlanSlot
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.frontend.node import _Node
 from hipdnn_iree.frontend.tensor import TensorAttributes
@@ -19,8 +20,6 @@ from lowering.graph_ir import (ABSENT, ATTRS_BY_KIND, GraphDesc, LoweringError, 
                                encode_graph)
 from lowering.layout import packed_strides, physical_layout
 
-# Engines ranked by the heuristics (first = preferred); unknown engines go in between.
-_RANKING = ("IREE_LINALG", "NUMPY_REFERENCE")
 # NOTE: no target can address more: x86-64 user space is 2**47 bytes, and GPU virtual address
 # spaces (49 bits) dwarf any device's memory. Larger tensors are refused at validate().
 MAX_TENSOR_BYTES = 2**47
@@ -40,7 +39,7 @@ _COMPARE_OR_LOGICAL = {PointwiseMode.CMP_EQ, PointwiseMode.CMP_NEQ, PointwiseMod
 
 
 
-class Graph(ConvOps, NormOps, SdpaOps):
+class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
     """An operation graph and, once built, its execution plan.
 
     Example:
@@ -72,7 +71,9 @@ class Graph(ConvOps, NormOps, SdpaOps):
         self._handle: Handle | None = None
         self._candidates: list[int] | None = None
         self._supported = False
-        self._plan: _backend.ExecutionPlanDescriptor | None = None
+        self._plans: list[PlanSlot] | None = None                  # one per engine config (frontend/plans.py)
+        self._selected = 0
+        self._plan: _backend.ExecutionPlanDescriptor | None = None   # the selected plan, once built
         self._preferred: int | None = getattr(self, "_preferred", None)
 
     # -- state guards --------------------------------------------------------------
@@ -310,60 +311,6 @@ class Graph(ConvOps, NormOps, SdpaOps):
         self._handle = handle
         return self
 
-    def create_execution_plans(self):
-        """Heuristics: every applicable engine, ranked (IREE_LINALG first)."""
-        self._check_not_restored("create_execution_plans")
-        if self._op_graph is None:
-            raise HipdnnError(Status.NOT_INITIALIZED, "call build_operation_graph(handle) first")
-        rm = self._handle.resource_manager
-        found = []
-        for p in rm.plugins:
-            try:
-                found += [int(e) for e in p.get_applicable_engine_ids(self._op_graph)]
-            except HipdnnError:
-                raise
-            except Exception as e:
-                raise HipdnnError(Status.PLUGIN_ERROR, f"plugin {getattr(p, 'name', p)} failed in "
-                                                       f"get_applicable_engine_ids: {e}") from None
-        rank = {engine_id_from_name(n): i for i, n in enumerate(_RANKING)}
-        found.sort(key=lambda e: rank.get(e, len(_RANKING) - 1.5))
-        if self._preferred is not None and self._preferred in found:
-            found.remove(self._preferred)
-            found.insert(0, self._preferred)
-        self._candidates = found
-        return self
-
-    def check_support(self):
-        self._check_not_restored("check_support")
-        if self._candidates is None:
-            raise HipdnnError(Status.NOT_INITIALIZED, "call create_execution_plans() first")
-        if not self._candidates:
-            from lowering.graph_ir import unsupported_reason
-            kinds = sorted({n.kind.name for n in self._nodes})
-            why = unsupported_reason(self._desc) if self._desc is not None else None
-            raise HipdnnError(Status.NOT_SUPPORTED, f"no loaded engine supports graph '{self.name}' (ops: {kinds})"
-                                                    + (f": {why}" if why else ""))
-        if self._preferred is not None and self._candidates[0] != self._preferred:
-            rm = self._handle.resource_manager
-            loaded = ", ".join(f"{_engine_name(rm.plugin_for(e), e)} (id {e})" for e in rm.engine_ids())
-            label = getattr(self, "_preferred_label", f"id {self._preferred}")
-            if rm.plugin_for(self._preferred) is None:
-                raise HipdnnError(Status.NOT_SUPPORTED, f"preferred engine {label} is not loaded; the handle's "
-                                                        f"engines are: {loaded or 'none'}")
-            raise HipdnnError(Status.NOT_SUPPORTED, f"preferred engine {label} does not support graph "
-                                                    f"'{self.name}'; the handle's engines are: {loaded}")
-        self._supported = True
-        return self
-
-    def build_plans(self):
-        """Builds (for IREE: compiles) the plan of the top-ranked engine."""
-        self._check_not_restored("build_plans")
-        if not self._supported:
-            raise HipdnnError(Status.NOT_INITIALIZED, "call check_support() first")
-        uids = [t.uid for t in self._desc.bound_tensors()]
-        self._plan = _backend.build_execution_plan(self._handle, self._candidates[0], self._op_graph, uids)
-        return self
-
     def build(self, handle):
         """``validate``, ``build_operation_graph``, ``create_execution_plans``, ``check_support``, ``build_plans``."""
         return (self.validate().build_operation_graph(handle).create_execution_plans()
@@ -382,7 +329,7 @@ class Graph(ConvOps, NormOps, SdpaOps):
                                                 "(FNV-1a 64 of the engine name, as hd.engine_id_from_name gives)")
         self._preferred = int(engine)
         self._preferred_label = f"'{label}' (id {engine})" if isinstance(label, str) else f"id {engine}"
-        self._candidates, self._supported, self._plan = None, False, None
+        self._candidates, self._supported, self._plan, self._plans = None, False, None, None
         return self
 
     # -- plan queries & execution --------------------------------------------------------
@@ -402,8 +349,15 @@ class Graph(ConvOps, NormOps, SdpaOps):
         return self._require_plan("get_execution_plan")
 
     def execute(self, handle, variant_pack, workspace=None) -> None:
-        """Runs the plan; outputs are written into the caller's buffers."""
-        plan = self._require_plan("execute")
+        """Runs the selected plan; outputs are written into the caller's buffers."""
+        self._execute(self._require_plan("execute"), handle, variant_pack, workspace)
+
+    def _require_handle(self, what: str):
+        if self._handle is None:
+            raise HipdnnError(Status.NOT_INITIALIZED, f"{what}: call build_operation_graph(handle) (or build) first")
+        return self._handle
+
+    def _execute(self, plan, handle, variant_pack, workspace) -> None:
         _check_handle(handle)
         if handle is not plan.handle and (handle.device != plan.handle.device):
             raise HipdnnError(Status.BAD_PARAM_STREAM_MISMATCH,
@@ -443,7 +397,9 @@ class Graph(ConvOps, NormOps, SdpaOps):
     def deserialize_compiled_plan(self, handle, data, verify_key=None) -> "Graph":
         """Restores a compiled plan into this (empty) graph; no compilation happens.
 
-        With ``verify_key`` the plan must carry a valid signature made with that key.
+        ``data``: bytes, or any C-contiguous buffer of 1-byte items (bytearray, memoryview, a numpy
+        uint8 array), copied once so the caller may reuse it. With ``verify_key`` the plan must
+        carry a valid signature made with that key.
         """
         _check_handle(handle)
         if self._nodes or self._tensors:
@@ -452,6 +408,8 @@ class Graph(ConvOps, NormOps, SdpaOps):
         plan = _backend.create_and_deserialize_execution_plan(handle, data, verify_key)
         self._reset_build()
         self._plan, self._handle, self._restored = plan, handle, True
+        config = plan.engine_config or _backend.EngineConfig(plan.engine_id, _engine_name_of(handle, plan.engine_id))
+        self._plans, self._selected, self._supported = [PlanSlot(config, plan)], 0, True
         return self
 
     def from_compiled_plan_binary(self, handle, data, verify_key=None) -> "Graph":
@@ -462,19 +420,29 @@ class Graph(ConvOps, NormOps, SdpaOps):
         return cls().deserialize_compiled_plan(handle, data, verify_key)
 
     @classmethod
-    def from_compiled_plan_file(cls, handle, path, verify_key=None) -> "Graph":
-        """Restores a plan straight from a plan file, in place: the file is memory-mapped and the
-        IREE module is imported from the mapping without a copy (its bytes are 64-byte aligned in
-        the file), so restoring a large plan costs neither its size in memory nor a read.
+    def from_compiled_plan_file(cls, handle, path, verify_key=None, *, mmap: bool = False) -> "Graph":
+        """Restores a plan straight from a plan file.
 
-        The mapping lives as long as the restored plan. Do not truncate or rewrite the file in
-        place meanwhile (``hd.save_plan`` replaces files atomically, which is safe).
+        Default: the file is read once into private 64-byte aligned memory and the IREE module is
+        imported from that copy without another one; the restored plan does not depend on the file
+        afterwards (it may be rewritten, truncated or deleted). Reads are bounded as in
+        ``hd.load_plan``.
+
+        ``mmap=True`` maps the file instead and imports the module from the mapping: no copy, a
+        large plan restores faster and costs no memory of its own. It requires that the file is
+        not truncated or rewritten in place while the restored plan is alive: the mapping follows
+        the file, so that kills the process with SIGBUS or changes the code it runs. Replacing the
+        file by rename (``hd.save_plan``, ``mv``) is safe.
 
         Example:
             >>> r = hd.Graph.from_compiled_plan_file(handle, "mlp.plan")   # doctest: +SKIP
         """
-        from hipdnn_iree.backend.planfile import map_plan
-        return cls().deserialize_compiled_plan(handle, map_plan(path), verify_key)
+        from hipdnn_iree.backend.planfile import map_plan, read_plan_private
+        _check_handle(handle)
+        if not isinstance(mmap, bool):
+            raise HipdnnError(Status.BAD_PARAM, f"from_compiled_plan_file: mmap must be True or False, got {mmap!r}")
+        data = map_plan(path) if mmap else read_plan_private(path)
+        return cls().deserialize_compiled_plan(handle, data, verify_key)
 
     def get_compiled_plan_tensor_uids(self) -> list[int]:
         return self._require_plan("get_compiled_plan_tensor_uids").get_attribute(
@@ -595,8 +563,8 @@ def _inferred_strides(n: _Node, out_field: str, dims) -> list[int]:
     return list(packed_strides(dims))
 
 
-def _engine_name(plugin, engine_id: int) -> str:
-    return str((getattr(plugin, "engine_names", None) or {}).get(engine_id, "unnamed engine"))
+def _engine_name_of(handle, engine_id: int) -> str:
+    return handle.resource_manager.engine_name(engine_id)
 
 
 def _check_handle(handle):

@@ -33,7 +33,7 @@ SERIALIZATION_HOOKS = ("serialize_execution_context", "destroy_serialized_execut
 # Entry points that take ``session=`` (plugins with create_session only).
 SESSION_METHODS = ("get_applicable_engine_ids", "get_workspace_size", "create_execution_context",
                    "create_execution_context_from_serialized", "get_knobs", "get_engine_configs",
-                   "record_tuning", "serialize_execution_context")
+                   "record_tuning", "check_plan_compatibility", "graph_from_serialized")
 
 
 @dataclass(frozen=True)

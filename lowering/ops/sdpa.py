@@ -45,7 +45,6 @@ indexing map stays a projected permutation: query head ``h`` reads kv head
 from __future__ import annotations
 
 import math
-import os
 
 from lowering._context import LowerContext, is_nan
 from lowering._emit import FLOAT_TYPES, Emitter, Value, tensor_type
@@ -123,7 +122,6 @@ def _merge_heads(em: Emitter, v: Value, axis: int) -> Value:
 _FUSED_QKV = ("f16", "bf16", "f32")
 
 
-FUSED_ON_CPU_ENV = "HIPDNN_IREE_SDPA_FUSED_ON_CPU"
 
 
 def fused_path_blocker(q_elem: str, k_elem: str, v_elem: str, mask_elem: str | None, compute: str) -> str | None:
@@ -221,11 +219,11 @@ def lower_sdpa(ctx: LowerContext, node: NodeDesc) -> None:
             raise LoweringError(f"sdpa '{node.name}': field 'mask_uid' dims {list(mask.shape)} do not broadcast "
                                 f"to the scores [{b}, {hq}, {sq}, {skv}]")
     blocker = fused_path_blocker(q.elem, k.elem, v.elem, mask and mask.elem, ct)
-    if blocker is None and ctx.target.startswith("llvm-cpu") and os.environ.get(FUSED_ON_CPU_ENV) != "1":
-        # NOTE: measured on a 2-core x86 CPU, [1,8,512,64] f16 causal: composition 16 ms, fused op 470 ms
-        # (IREE 3.13's CPU code for the op walks one query and two keys at a time). On an H200 the
-        # fused op wins 13.7 ms -> 3.5 ms at [4,16,2048,128]. HIPDNN_IREE_SDPA_FUSED_ON_CPU=1 forces it.
-        blocker = "llvm-cpu target (the composition is faster there)"
+    if blocker is None and not ctx.policy.sdpa_fused:
+        # NOTE: the policy's default (lowering/policy.py): composed on CPUs, where IREE 3.13's code for
+        # the fused op walks one query and two keys at a time ([1,8,512,64] f16 causal: 16 vs 470 ms);
+        # fused on GPUs (H200: 13.7 -> 3.5 ms at [4,16,2048,128]). The SDPA_FORM knob chooses.
+        blocker = "lowering policy (sdpa_fused=False)"
     if blocker is None:
         if needs_relayout_barrier(ctx, at.v_uid):
             # NOTE: IREE transposes the attention op's V and moves that transpose into V's producer; a

@@ -101,7 +101,7 @@ STATS = CacheStats()
 
 # -- key ---------------------------------------------------------------------------------
 def cache_key(op_graph: bytes, target: str, flags, compiler_version: str, package_version: str,
-              code_digest: str = "") -> str:
+              code_digest: str = "", policy: str = "") -> str:
     """The entry key: hex SHA-256 over the length-prefixed parts (pure; no I/O).
 
     Example:
@@ -111,7 +111,8 @@ def cache_key(op_graph: bytes, target: str, flags, compiler_version: str, packag
     """
     h = hashlib.sha256(_KEY_DOMAIN)
     for part in (bytes(op_graph), str(target).encode(), json.dumps([str(f) for f in flags]).encode(),
-                 str(compiler_version).encode(), str(package_version).encode(), str(code_digest).encode()):
+                 str(compiler_version).encode(), str(package_version).encode(), str(code_digest).encode(),
+                 str(policy).encode()):
         h.update(struct.pack("<Q", len(part)))
         h.update(part)
     return h.hexdigest()
@@ -162,7 +163,7 @@ def code_digest() -> str:
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
         files += [os.path.join(dirpath, f) for f in filenames if f.endswith(".py")]
     engine = os.path.dirname(os.path.abspath(__file__))   # NOTE: this package, without importing it
-    files += [os.path.join(engine, f) for f in ("plugin.py", "compile.py", "targets.py")]
+    files += [os.path.join(engine, f) for f in sorted(os.listdir(engine)) if f.endswith(".py")]
     h = hashlib.sha256()
     for path in sorted(files):
         try:
@@ -245,11 +246,12 @@ class CompileCache:
     max_bytes: int = DEFAULT_MAX_BYTES
     _warned: bool = field(default=False, repr=False)
 
-    def key_for(self, op_graph: bytes, target, extra_flags=()) -> str:
-        """The key of a build of ``op_graph`` for ``target`` (a ``Target``) with ``extra_flags``."""
+    def key_for(self, op_graph: bytes, target, extra_flags=(), policy: str = "") -> str:
+        """The key of a build of ``op_graph`` for ``target`` (a ``Target``) with ``extra_flags`` under the
+        lowering ``policy`` (``LoweringPolicy.to_json()``): every input of the module."""
         from hipdnn_iree.plugin_sdk.version import __version__
         flags = tuple(target.compile_flags()) + tuple(extra_flags)
-        return cache_key(op_graph, str(target), flags, compiler_identity(), __version__, code_digest())
+        return cache_key(op_graph, str(target), flags, compiler_identity(), __version__, code_digest(), policy)
 
     def path_of(self, key: str) -> str:
         if not re.fullmatch(r"[0-9a-f]{64}", key):

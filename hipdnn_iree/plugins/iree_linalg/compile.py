@@ -11,9 +11,11 @@ costs per build is measured in ``docs/benchmarks/compile_process.md``.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -160,11 +162,11 @@ def compile_mlir(mlir: str, target: Target, extra_flags: tuple[str, ...] = (),
             "--iree-scheduling-dump-statistics-format=json",
             f"--iree-scheduling-dump-statistics-file={stats_path}",
         ) + tuple(extra_flags)
-        src_path, out_path = os.path.join(tmp, "module.mlir"), os.path.join(tmp, "module.vmfb")
-        with open(src_path, "w", encoding="utf-8") as f:
-            f.write(mlir)
+        out_path = os.path.join(tmp, "module.vmfb")
+        # NOTE: the MLIR goes in on stdin ("-"): a source file's temporary path would be written into
+        # the module's debug locations, and two builds of one graph would differ byte for byte.
         try:
-            proc = subprocess.run([tool, *flags, src_path, "-o", out_path], stdin=subprocess.DEVNULL,
+            proc = subprocess.run([tool, *flags, "-", "-o", out_path], input=mlir.encode("utf-8"),
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=limit)
         except subprocess.TimeoutExpired as e:
             diag = (e.output or b"").decode("utf-8", "replace")
@@ -195,3 +197,62 @@ def compile_mlir(mlir: str, target: Target, extra_flags: tuple[str, ...] = (),
         except (OSError, ValueError, KeyError, TypeError):
             pass
         return Compiled(vmfb, dispatches, flags)
+
+
+# CPU names every llvm-cpu compile accepts whatever LLVM's list for the architecture says.
+ALWAYS_VALID_CPUS = ("host", "generic")
+CPU_LIST_COMMAND = "iree-compile --iree-hal-target-device=local --iree-hal-local-target-device-backends=llvm-cpu " \
+                   "--iree-llvmcpu-target-cpu=help - -o /dev/null"
+
+
+@functools.lru_cache(maxsize=None)
+def known_cpus() -> tuple[str, tuple[str, ...]] | None:
+    """(architecture, CPU names) LLVM accepts for llvm-cpu targets on this machine, asked once per
+    process of ``iree-compile`` in a child process; None when that cannot be told (no compiler).
+
+    NOTE: asked in a child because LLVM ends its host process on an unknown CPU name (a fatal
+    error, not a diagnostic). The child prints the list on ``--iree-llvmcpu-target-cpu=help``
+    (about 10 ms).
+    """
+    import subprocess
+    tool = _find_tool()
+    if tool is None:
+        return None
+    try:
+        p = subprocess.run([tool, "--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
+                            "--iree-llvmcpu-target-cpu=help", "-", "-o", os.devnull],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    text = p.stdout.decode("utf-8", "replace")
+    arch = re.search(r"Unknown CPU for target architecture (\S+?)\.?$", text, re.M)
+    names = re.search(r"^List of accepted CPUs: (.+)$", text, re.M)
+    if not names:
+        return None
+    cpus = tuple(n.strip() for n in names.group(1).split(",") if n.strip())
+    return (arch.group(1) if arch else "?", cpus) if cpus else None
+
+
+def check_cpu_name(target: Target) -> None:
+    """Raises NOT_SUPPORTED when an llvm-cpu target names a CPU that LLVM does not know.
+
+    Only names other than ``host``/``generic`` are checked (one child process per process, cached);
+    when the list cannot be had (no compiler) nothing is refused: compiles run in a child process,
+    so an unknown name there still ends as a HipdnnError, never as the caller's exit.
+    """
+    if target.backend != "llvm-cpu" or target.arch in ALWAYS_VALID_CPUS:
+        return
+    known = known_cpus()
+    if known is None or target.arch in known[1]:
+        return
+    import difflib
+    arch, cpus = known
+    close = difflib.get_close_matches(target.arch, cpus, n=3, cutoff=0.6)
+    examples = [c for c in ("x86-64-v3", "x86-64-v4", "znver4", "skylake-avx512", "cascadelake", "neoverse-v2",
+                            "apple-m1") if c in cpus][:4] or list(cpus[:4])
+    raise HipdnnError(Status.NOT_SUPPORTED,
+                      f"target '{target}': unknown CPU name {target.arch!r} for llvm-cpu on this machine's "
+                      f"architecture ({arch})"
+                      + (f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ".")
+                      + f" Use 'llvm-cpu:host', 'llvm-cpu:generic' or one of LLVM's {len(cpus)} names for {arch}, "
+                        f"e.g. {', '.join(examples)}; the full list: {CPU_LIST_COMMAND}")

@@ -1,0 +1,46 @@
+"""The IREE engine's execution context: one plan's module(s), ABI and runtime state."""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from hipdnn_iree.plugin_sdk.buffers import BoundTensor
+from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
+from hipdnn_iree.plugin_sdk.types import DataType
+from hipdnn_iree.plugins.iree_linalg.targets import Target
+
+
+@dataclass
+class IreeExecutionContext:
+    vmfb: bytes
+    abi: dict
+    target: Target
+    tensors: list[BoundTensor]
+    module: object = None            # LoadedModule, None on a compile-only handle
+    dispatch_count: int | None = None
+    mlir: str | None = None
+    compiler_version: str = ""
+    view_cache: OrderedDict = field(default_factory=OrderedDict)
+    staging: dict = field(default_factory=dict)          # uid -> (aligned array, its imported view)
+    staging_lock: object = field(default_factory=threading.Lock)
+    compile_flags: tuple = field(default_factory=tuple)
+    variants: tuple = ()             # several-target plans: (Target, vmfb, compiler_version) of every module
+    vm_module: object = None         # restored: the VmModule made from vmfb (wrap_buffer: no copy)
+    in_place: bool = False           # restored: vm_module uses the plan's own bytes (a mapped file) in place
+    op_graph: bytes | None = None    # restored plans: the graph the module carries (self-check), if any
+    policy: object = None            # built plans: the LoweringPolicy the module was lowered under
+    engine_name: str = "IREE_LINALG"  # the engine config the plan was built with (travels in FUSPLAN)
+    knobs: dict = field(default_factory=dict)
+
+
+def tensors_from_abi(abi: dict) -> list[BoundTensor]:
+    try:
+        ts = [BoundTensor(int(t["uid"]), str(t["name"]), str(t["role"]), int(DataType[t["data_type"]]),
+                          tuple(int(d) for d in t["dims"]), tuple(int(s) for s in t["strides"]))
+              for t in abi["tensors"]]
+    except (KeyError, TypeError, ValueError) as e:
+        raise HipdnnError(Status.PLUGIN_ERROR, f"plan module reflection is malformed: {e!r}") from None
+    if [t for t in ts if t.role not in ("input", "output")]:
+        raise HipdnnError(Status.PLUGIN_ERROR, "plan module reflection has a tensor role other than input/output")
+    return ts

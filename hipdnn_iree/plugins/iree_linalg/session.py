@@ -1,0 +1,77 @@
+"""The IREE engine's per-handle session: device, compile targets, cache setting.
+
+The plugin object is shared and stateless; ``IreeLinalgPlugin.create_session`` makes one of these
+for each handle (hipDNN's plugin handle). Everything here is read-only after creation, so one
+plugin object serves handles of different targets, concurrently.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hipdnn_iree.plugin_sdk.contract import SessionSettings
+from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
+from hipdnn_iree.plugins.iree_linalg.targets import Target, check_runs_on, default_target_for, parse_target
+
+
+@dataclass(frozen=True)
+class IreeSession:
+    """One handle's view of the IREE engine.
+
+    Attributes:
+        device_uri: HAL device URI, None for a compile-only handle.
+        target: the target the device runs (the handle's own).
+        targets: every target a build compiles (several: one plan, FUSPLAN kind 3).
+        cache: the compile cache setting (``cache.resolve``).
+        compile_flags: extra flags after every other (tests and experiments; part of the cache key).
+    """
+
+    device_uri: str | None
+    target: Target
+    targets: tuple = ()
+    cache: object = None
+    compile_flags: tuple = field(default_factory=tuple)
+
+    @property
+    def target_name(self) -> str:
+        return str(self.target)
+
+    @property
+    def device_identity(self) -> str:
+        from hipdnn_iree.plugins.iree_linalg.tuning_db import device_identity
+        return device_identity(self.device_uri)
+
+    def load(self, ctx) -> None:
+        """Loads ``ctx``'s module on the session's device (nothing on a compile-only handle)."""
+        if self.device_uri is None:
+            return
+        from hipdnn_iree.plugins.iree_linalg.runtime import LoadedModule
+        check_runs_on(ctx.target, self.device_uri)
+        ctx.module = LoadedModule(ctx.vmfb, self.device_uri, ctx.abi.get("entry", "main"), module=ctx.vm_module)
+
+
+def create_session(settings: SessionSettings) -> IreeSession:
+    """Validates and resolves a handle's settings: the target(s) (parsed, CPU names checked, derived
+    from the device when not given), the device (created now, so a bad one fails here with the
+    driver's message) and the cache setting."""
+    from hipdnn_iree.plugins.iree_linalg.cache import check_setting
+    device, target = settings.device, settings.target
+    if isinstance(target, (list, tuple)):
+        if not target or len(set(map(str, target))) != len(target):
+            raise HipdnnError(Status.BAD_PARAM, f"target list must name at least one target, each once, got {target!r}")
+        parsed = [parse_target(t) for t in target]
+        if len({str(t) for t in parsed}) != len(parsed):
+            raise HipdnnError(Status.BAD_PARAM, f"target list names a target twice: {[str(t) for t in parsed]}")
+        from hipdnn_iree.plugins.iree_linalg.multitarget import primary_target
+        primary = primary_target(parsed, device)
+    else:
+        primary = parse_target(target) if target is not None else default_target_for(device)
+        parsed = [primary]
+    from hipdnn_iree.plugins.iree_linalg.compile import check_cpu_name
+    for t in parsed:
+        check_cpu_name(t)   # NOTE: an unknown LLVM CPU name is refused here, not at the first build
+    if device is not None:
+        check_runs_on(primary, device, what="handle")
+        from hipdnn_iree.plugins.iree_linalg.runtime import device as make_device
+        make_device(device)  # fail now, with the driver's message, if the device is unusable
+    check_setting(settings.cache)
+    return IreeSession(device, primary, tuple(parsed), settings.cache)
