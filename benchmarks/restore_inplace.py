@@ -37,7 +37,7 @@ CHILD = textwrap.dedent("""
     if method == "bytes":
         r = hd.Graph.from_compiled_plan(h, hd.load_plan(path))
     else:
-        r = hd.Graph.from_compiled_plan_file(h, path)
+        r = hd.Graph.from_compiled_plan_file(h, path, mmap=True)
     t1 = time.perf_counter()
     rss, anon = status("VmRSS"), status("RssAnon")
     ctx = r.get_execution_plan().context

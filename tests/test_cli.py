@@ -235,3 +235,59 @@ def test_compile_errors(files, tmp_path, case, code, words):
     assert p.returncode == code, f"exit {p.returncode}\n{p.stdout}{p.stderr}"
     assert words in p.stderr and "Traceback" not in p.stderr, p.stderr
     assert not (tmp_path / "x.plan").exists()
+
+
+# -- issue 18, item 8: cache folders that are files, kind-1 bench target, --json on run and cache ----
+
+@pytest.mark.parametrize("action", ["info", "clear"])
+def test_cache_refuses_a_file_as_its_folder(tmp_path, action):
+    f = tmp_path / "not_a_folder"
+    f.write_bytes(b"precious")
+    for path in (f, "/etc/passwd", "/dev/null"):
+        p = cli("cache", action, "--dir", path)
+        assert p.returncode == EXIT_USAGE, p.stdout + p.stderr
+        assert str(path) in p.stderr and "is not a folder" in p.stderr and p.stdout == "", p.stderr
+    assert f.read_bytes() == b"precious"
+
+
+def test_cache_json(files, tmp_path):
+    d, _ = files
+    cache = tmp_path / "cache"
+    p = cli("cache", "info", "--dir", cache, "--json")
+    assert p.returncode == EXIT_OK, p.stderr
+    r = json.loads(p.stdout)
+    assert r["folder"] == str(cache) and r["exists"] is False and r["entries"] == 0 and r["bytes"] == 0
+    p = cli("compile", d / "graph.json", "-o", tmp_path / "x.plan", env_extra={"HIPDNN_IREE_CACHE": "1",
+                                                                               "HIPDNN_IREE_CACHE_DIR": str(cache)})
+    assert p.returncode == EXIT_OK, p.stderr
+    r = json.loads(cli("cache", "info", "--dir", cache, "--json").stdout)
+    assert r["exists"] is True and r["entries"] == 1 and r["bytes"] > 1000 and r["max_bytes"] > 0
+    p = cli("cache", "clear", "--dir", cache, "--json")
+    assert p.returncode == EXIT_OK and json.loads(p.stdout) == {"action": "clear", "folder": str(cache), "removed": 1}
+    assert json.loads(cli("cache", "info", "--dir", cache, "--json").stdout)["entries"] == 0
+
+
+def test_run_json(files, tmp_path):
+    d, want = files
+    out = tmp_path / "out"
+    p = cli("run", d / "cpu.plan", *_inputs(d), "-o", out, "--json")
+    assert p.returncode == EXIT_OK, p.stdout + p.stderr
+    r = json.loads(p.stdout)
+    assert r["device"] == "local-task" and r["target"].startswith("llvm-cpu")
+    assert r["outputs"] == [{"uid": 4, "name": r["outputs"][0]["name"], "dtype": "float32", "shape": [M, N],
+                             "path": str(out / "4.npy")}]
+    np.testing.assert_allclose(np.load(r["outputs"][0]["path"]), want, rtol=1e-4, atol=1e-4)
+
+
+def test_bench_of_a_kind1_plan_names_the_target_it_compiled_for(files, tmp_path):
+    d, _ = files
+    g = hd.Graph.from_json((d / "graph.json").read_text())
+    kind1 = tmp_path / "kind1.plan"
+    g.build(hd.create_handle(cache=False))
+    hd.save_plan(kind1, g.serialize_compiled_plan(payload="hipdnn_graph"))
+    p = cli("bench", kind1, "-n", "2", "--restores", "1", "--json")
+    assert p.returncode == EXIT_OK, p.stdout + p.stderr
+    target = json.loads(p.stdout)["target"]
+    assert target.startswith("llvm-cpu") and "kind-1" in target, target
+    p = cli("bench", kind1, "-n", "2", "--restores", "1")
+    assert p.returncode == EXIT_OK and "target llvm-cpu" in p.stdout, p.stdout + p.stderr

@@ -61,7 +61,7 @@ class Envelope:
     engine_id: int
     workspace_size: int
     tensor_uids: tuple[int, ...]
-    plugin_payload: object            # bytes, or a memoryview when decoded from a memoryview (mmap)
+    plugin_payload: object            # bytes, or a memoryview when decoded in place (see plan_buffer)
     # hipdnn-iree 0.1.0's version-2 fields; empty in version 1 (the payload carries them now)
     plugin_name: str = ""
     plugin_version: str = ""
@@ -219,23 +219,71 @@ def _detect_layout(buf, version: int) -> str:
     return LAYOUT_FORK_FIELDS
 
 
+class InPlace:
+    """Plan bytes that may be read in place (no copy): memory nothing else writes to (a private
+    aligned buffer filled from a file), or a mapped file whose owner accepted the mapping's terms
+    (``Graph.from_compiled_plan_file(..., mmap=True)``). Internal: callers' buffers are copied."""
+    __slots__ = ("view",)
+
+    def __init__(self, view: memoryview):
+        self.view = view
+
+
+def plan_buffer(data, what: str):
+    """``data`` as plan bytes the reader may keep: ``bytes`` as they are (immutable), an
+    :class:`InPlace` view as it is, any other C-contiguous buffer of 1-byte items (bytearray,
+    memoryview, numpy uint8 array, ...) copied once into private 64-byte aligned memory, so the
+    module can be imported from it without another copy and the caller may reuse its buffer.
+
+    NOTE: callers' mutable buffers are copied because the restored module would otherwise keep
+    reading them: a caller refilling its buffer would change (or crash) a live plan.
+    """
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, InPlace):
+        return data.view
+    try:
+        view = memoryview(data)
+    except TypeError:
+        raise HipdnnError(Status.BAD_PARAM, f"{what} must be a bytes-like buffer (bytes, bytearray, memoryview, a "
+                                            f"numpy uint8 array), got {type(data).__name__}") from None
+    with view:
+        if view.itemsize != 1:
+            raise HipdnnError(Status.BAD_PARAM, f"{what} is a buffer of {view.itemsize}-byte items (format "
+                                                f"{view.format!r}, shape {list(view.shape)}) from "
+                                                f"{type(data).__name__}: pass the plan's bytes (1-byte items, e.g. "
+                                                "arr.view(np.uint8) or bytes(...))")
+        if not view.c_contiguous:
+            raise HipdnnError(Status.BAD_PARAM, f"{what} is a non-contiguous buffer (shape {list(view.shape)}, "
+                                                f"strides {list(view.strides or ())}) from {type(data).__name__}: "
+                                                "pass contiguous bytes (np.ascontiguousarray or bytes(...))")
+        out = aligned_empty(view.nbytes)
+        if view.nbytes:
+            out[:] = view.cast("B") if view.ndim != 1 or view.format != "B" else view
+    return out.toreadonly()
+
+
+def aligned_empty(n: int, alignment: int = PAYLOAD_ALIGNMENT) -> memoryview:
+    """A writable ``memoryview`` of ``n`` bytes whose first byte is ``alignment``-aligned."""
+    import numpy as np
+    raw = np.empty(n + alignment, np.uint8)
+    start = (-raw.ctypes.data) % alignment
+    return memoryview(raw[start:start + n])
+
+
 def decode(data, verify_key=None) -> Envelope:
     """Parses and validates envelope bytes; every problem is a HipdnnError.
 
     Order: size bounds, FlatBuffer bounds, version and layout, required fields, then for
     hipdnn-iree 0.1.0's version 2 the payload digest and (with ``verify_key``) its signature.
     Version 1 carries no digest or signature: the plugin payload does (the IREE engine checks its
-    own, ``verify_key`` included). Nothing of the payload is interpreted here. A memoryview (e.g.
-    of a memory-mapped file) is read in place: the payload is then a view, not a copy.
+    own, ``verify_key`` included). Nothing of the payload is interpreted here. ``data``: bytes, or
+    any C-contiguous buffer of 1-byte items (copied once into private aligned memory, then read in
+    place: the payload is a view, not a further copy); see :func:`plan_buffer`.
     """
     if data is None:
         raise HipdnnError(Status.BAD_PARAM_NULL_POINTER, "serialized plan is None: pass the plan bytes")
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise HipdnnError(Status.BAD_PARAM, f"serialized plan must be bytes-like, got {type(data).__name__}")
-    if isinstance(data, bytearray):
-        data = bytes(data)
-    elif isinstance(data, memoryview):
-        data = data.cast("B") if data.format != "B" or data.ndim != 1 else data
+    data = plan_buffer(data, "serialized plan")
     n = len(data)
     if n == 0:
         raise HipdnnError(Status.BAD_PARAM, "serialized plan is empty (0 bytes)")

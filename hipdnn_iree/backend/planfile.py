@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import stat
+import struct
 import tempfile
 import threading
 
@@ -38,11 +39,17 @@ def save_plan(path, data) -> None:
     ``path`` (and the folder fsync'ed), so a crash mid-write never leaves a truncated plan
     under the final name: readers see the old file or the new one.
 
+    ``data``: bytes or any C-contiguous buffer of 1-byte items (bytearray, memoryview, numpy uint8
+    array); other buffers are BAD_PARAM naming what was given.
+
     Example:
         >>> hd.save_plan("mlp.plan", graph.serialize_compiled_plan())   # doctest: +SKIP
     """
-    if not isinstance(data, (bytes, bytearray, memoryview)) or memoryview(data).nbytes == 0:
-        raise HipdnnError(Status.BAD_PARAM, "save_plan: data must be non-empty plan bytes")
+    if data is None:
+        raise HipdnnError(Status.BAD_PARAM_NULL_POINTER, "save_plan: data is None: pass the plan bytes")
+    data = _envelope.plan_buffer(data, "save_plan: data")
+    if len(data) == 0:
+        raise HipdnnError(Status.BAD_PARAM, "save_plan: data must be non-empty plan bytes (got 0 bytes)")
     path = _fspath(path, "save_plan")
     folder = os.path.dirname(os.path.abspath(path))
     try:
@@ -76,72 +83,192 @@ def save_plan(path, data) -> None:
         pass
 
 
-def load_plan(path) -> bytes:
-    """Reads a plan file, refusing files over the plan size limit before reading them."""
-    path = _fspath(path, "load_plan")
-    limit = _envelope.MAX_ENVELOPE_BYTES
-    try:
-        with open(path, "rb") as f:
-            st = os.fstat(f.fileno())
-            if stat.S_ISDIR(st.st_mode):
-                raise HipdnnError(Status.BAD_PARAM, f"load_plan: {path!r} is a folder, not a plan file")
-            if stat.S_ISREG(st.st_mode):
-                if st.st_size > limit:
-                    raise HipdnnError(Status.BAD_PARAM, f"load_plan: {path!r} is {st.st_size} bytes, over the "
-                                                        f"{limit}-byte plan limit")
-                return f.read(limit + 1)
-            return _read_stream(f, path, limit)
-    except OSError as e:
-        raise HipdnnError(Status.BAD_PARAM, f"load_plan: reading {path!r} failed: {e.strerror}") from None
+class FileError(HipdnnError):
+    """A plan file that could not be opened or read (missing, a folder, no permission): BAD_PARAM.
 
-
-def _read_stream(f, path: str, limit: int) -> bytes:
-    """A pipe, socket or device: read in chunks, refusing as soon as the bytes cannot be a plan.
-
-    NOTE: such files have no size to check first. A plan starts with the FlatBuffer root offset,
-    which points past itself (>= 4) and inside the limit: /dev/zero fails that on its first chunk,
-    and anything else is cut off at the limit instead of being read whole.
+    NOTE: the command line tells these (exit 2, usage) from files whose bytes are not a plan (exit 3).
     """
-    chunks, total = [], 0
-    while True:
-        chunk = f.read(min(_CHUNK, limit + 1 - total))
-        if not chunk:
+
+
+def _os_error(what: str, path: str, e: OSError):
+    return FileError(Status.BAD_PARAM, f"{what}: reading {path!r} failed: {e.strerror or e}")
+
+
+def _open(path: str, what: str):
+    """(file, stat) of ``path`` opened for reading; a folder is refused."""
+    try:
+        f = open(path, "rb")
+    except IsADirectoryError:
+        raise FileError(Status.BAD_PARAM, f"{what}: {path!r} is a folder, not a plan file") from None
+    except OSError as e:
+        raise _os_error(what, path, e) from None
+    st = os.fstat(f.fileno())
+    if stat.S_ISDIR(st.st_mode):
+        f.close()
+        raise FileError(Status.BAD_PARAM, f"{what}: {path!r} is a folder, not a plan file")
+    return f, st
+
+
+def _limit_text(limit: int) -> str:
+    plan = limit == _envelope.MAX_ENVELOPE_BYTES
+    return f"the {limit}-byte " + ("plan limit (HIPDNN_IREE_MAX_PLAN_BYTES)" if plan else "limit")
+
+
+def _over_limit(what: str, path: str, size: int, limit: int):
+    return HipdnnError(Status.BAD_PARAM, f"{what}: {path!r} is {size} bytes, over {_limit_text(limit)}")
+
+
+def could_start_plan(head, limit: int | None = None) -> str | None:
+    """Why ``head`` (a plan's first bytes, up to a chunk) cannot begin a plan envelope, or None.
+
+    NOTE: every FlatBuffer builder writes the root table last, at the front of the buffer, with
+    its vtable beside it; an envelope's root table and vtable therefore lie in its first few
+    hundred bytes, whatever follows (the payload). So within the first chunk: the root offset is
+    4-aligned and points inside it, the vtable lies inside it, vtable and table sizes are sane and
+    every field the envelope reads from the table (version, engine id, workspace size, tensor_uids)
+    lies inside the table, with tensor_uids' vector 4-aligned within the plan limit. Random bytes
+    pass all of that with a probability around 2**-27 or less (the root offset alone: 2**-14 for a
+    1 MiB chunk); /dev/zero fails the first test.
+    """
+    limit = _envelope.MAX_ENVELOPE_BYTES if limit is None else limit
+    n = len(head)
+    if n < 12:
+        return f"{n} bytes is too short for a plan"
+    root = struct.unpack_from("<I", head, 0)[0]
+    if root < 4 or root % 4 or root + 4 > n:
+        return (f"its first 4 bytes (root table offset {root}) do not point at a table within its first {n} "
+                "bytes")
+    vt = root - struct.unpack_from("<i", head, root)[0]
+    if vt < 0 or vt % 2 or vt + 4 > n:
+        return f"its root table's vtable offset {vt} lies outside its first {n} bytes"
+    vt_size, tbl_size = struct.unpack_from("<HH", head, vt)
+    if vt_size < 4 or vt_size % 2 or vt + vt_size > n or tbl_size < 4 or root + tbl_size > n:
+        return f"its root table's vtable is not a FlatBuffer vtable (vtable size {vt_size}, table size {tbl_size})"
+    for slot, inline in enumerate((4, 8, 8, 4)):   # version, engine_id, workspace_size, tensor_uids
+        if 4 + 2 * slot + 2 > vt_size:
             break
-        chunks.append(chunk)
-        total += len(chunk)
-        if len(chunks) == 1 and len(chunk) >= 4:
-            root = int.from_bytes(chunk[:4], "little")
-            if root < 4 or root >= limit:
-                raise HipdnnError(Status.BAD_PARAM, f"load_plan: {path!r} is not a plan: its first bytes are not "
-                                                    f"a FlatBuffer root offset (got {root})")
+        voff = struct.unpack_from("<H", head, vt + 4 + 2 * slot)[0]
+        if voff and (voff < 4 or voff + inline > tbl_size):
+            return f"field {slot} of its root table (offset {voff}) lies outside the {tbl_size}-byte table"
+        if voff and slot == 3:
+            vec = root + voff + struct.unpack_from("<I", head, root + voff)[0]
+            if vec % 4 or vec + 4 > limit:
+                return f"its tensor_uids vector offset {vec} is misaligned or past the {limit}-byte plan limit"
+    return None
+
+
+def _read_stream(f, path: str, limit: int, what: str = "load_plan", check=could_start_plan,
+                 kind: str = "a plan") -> bytes:
+    """A pipe, socket, device or size-less file: read in chunks, refusing as soon as the bytes
+    cannot be a plan (``check`` on the first chunk) or pass ``limit``."""
+    chunks, total, judged = [], 0, check is None
+    while True:
+        try:
+            chunk = f.read(min(_CHUNK, limit + 1 - total))
+        except OSError as e:
+            raise _os_error(what, path, e) from None
+        if chunk:
+            chunks.append(chunk)
+            total += len(chunk)
+        if not judged and (total >= _CHUNK or not chunk):
+            judged = True
+            head = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            why = check(head[:_CHUNK], limit) if head else None
+            if why:
+                raise HipdnnError(Status.BAD_PARAM, f"{what}: {path!r} is not {kind}: {why} (refused after "
+                                                    f"reading {total} bytes)")
         if total > limit:
-            raise HipdnnError(Status.BAD_PARAM, f"load_plan: {path!r} holds more than the {limit}-byte plan limit")
-    return b"".join(chunks)
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: {path!r} holds more than {_limit_text(limit)} (refused "
+                                                f"after reading {total} bytes)")
+        if not chunk:
+            return b"".join(chunks)
 
 
-def map_plan(path):
-    """A plan file's bytes, memory-mapped read-only: a ``memoryview`` whose buffer stays mapped as
-    long as anything (a restored plan's module included) refers to it.
+def read_bounded(path, what: str, limit: int, check=None, kind: str = "a plan") -> bytes:
+    """The bytes of ``path``, never reading more than ``limit`` + 1 of them: a regular file over
+    ``limit`` is refused from its size, anything else (pipe, device, a size-less file) is read in
+    chunks, ``check(first_chunk, limit)`` (returning why not, or None) refusing it early."""
+    path = _fspath(path, what)
+    f, st = _open(path, what)
+    with f:
+        if stat.S_ISREG(st.st_mode) and st.st_size > 0:
+            if st.st_size > limit:
+                raise _over_limit(what, path, st.st_size, limit)
+            try:
+                data = f.read(limit + 1)
+            except OSError as e:
+                raise _os_error(what, path, e) from None
+            if len(data) > limit:
+                raise _over_limit(what, path, len(data), limit)
+            return data
+        return _read_stream(f, path, limit, what, check, kind)
+
+
+def load_plan(path) -> bytes:
+    """Reads a plan file without ever reading more than the plan size limit.
+
+    A regular file over the limit (``HIPDNN_IREE_MAX_PLAN_BYTES``, default 1 GiB) is refused from
+    its size before reading. Pipes, devices and files without a size are read in 1 MiB chunks and
+    refused at the first chunk when it cannot begin a plan envelope (``/dev/zero``,
+    ``/dev/urandom``: after 1 MiB), or when they pass the limit. Missing file, folder, bad path or
+    OS error: BAD_PARAM.
+
+    Example:
+        >>> r = hd.Graph.from_compiled_plan(handle, hd.load_plan("mlp.plan"))   # doctest: +SKIP
+    """
+    return read_bounded(path, "load_plan", _envelope.MAX_ENVELOPE_BYTES, could_start_plan)
+
+
+def read_plan_private(path, what: str = "from_compiled_plan_file"):
+    """A plan file's bytes copied into private 64-byte aligned memory, for a restore that reads
+    the module in place from that copy (one copy, no further ones); the file may change or vanish
+    afterwards without affecting the restored plan. Checks and errors as :func:`load_plan`.
+    """
+    path = _fspath(path, what)
+    limit = _envelope.MAX_ENVELOPE_BYTES
+    f, st = _open(path, what)
+    with f:
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+            return _read_stream(f, path, limit, what)     # bytes: immutable, fine as they are
+        if st.st_size > limit:
+            raise _over_limit(what, path, st.st_size, limit)
+        view = _envelope.aligned_empty(st.st_size)
+        got = 0
+        try:
+            while got < st.st_size:
+                k = f.readinto(view[got:])
+                if not k:
+                    break
+                got += k
+            grew = f.read(1)
+        except OSError as e:
+            raise _os_error(what, path, e) from None
+        if grew:
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: {path!r} grew while it was being read (it was "
+                                                f"{st.st_size} bytes): it is being written; read it once it is "
+                                                "complete (hd.save_plan writes atomically)")
+        return _envelope.InPlace(view[:got].toreadonly())
+
+
+def map_plan(path, what: str = "from_compiled_plan_file"):
+    """A plan file memory-mapped read-only, for a restore that imports the module from the mapping.
 
     The same checks as :func:`load_plan` run first (folder, size limit). Files that cannot be
     mapped (pipes, sockets, devices, empty files) are read as :func:`load_plan` reads them.
-    NOTE: the mapping follows the file: a plan file must not be truncated or rewritten in place
-    while a plan restored from it is alive (``save_plan`` replaces files by renaming, which is safe:
-    the mapping keeps the old file).
+    NOTE: the mapping follows the file: truncating it or rewriting it in place while a plan restored
+    from it is alive kills the process (SIGBUS) or changes the code it runs. ``save_plan`` and ``mv``
+    replace files by renaming, which is safe: the mapping keeps the old file.
     """
     import mmap
-    path = _fspath(path, "load_plan")
+    path = _fspath(path, what)
     limit = _envelope.MAX_ENVELOPE_BYTES
-    try:
-        with open(path, "rb") as f:
-            st = os.fstat(f.fileno())
-            if stat.S_ISDIR(st.st_mode):
-                raise HipdnnError(Status.BAD_PARAM, f"load_plan: {path!r} is a folder, not a plan file")
-            if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
-                return memoryview(f.read(limit + 1) if stat.S_ISREG(st.st_mode) else _read_stream(f, path, limit))
-            if st.st_size > limit:
-                raise HipdnnError(Status.BAD_PARAM, f"load_plan: {path!r} is {st.st_size} bytes, over the "
-                                                    f"{limit}-byte plan limit")
-            return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
-    except OSError as e:
-        raise HipdnnError(Status.BAD_PARAM, f"load_plan: reading {path!r} failed: {e.strerror}") from None
+    f, st = _open(path, what)
+    with f:
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+            return _read_stream(f, path, limit, what)
+        if st.st_size > limit:
+            raise _over_limit(what, path, st.st_size, limit)
+        try:
+            return _envelope.InPlace(memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)))
+        except (OSError, ValueError) as e:
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: cannot map {path!r}: {e}") from None

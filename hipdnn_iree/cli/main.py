@@ -3,11 +3,11 @@
 Usage (``hipdnn-iree COMMAND --help`` for each)::
 
     hipdnn-iree inspect PLAN [--json]
-    hipdnn-iree run PLAN --input UID=FILE.npy ... --output-dir DIR [--device local-task]
+    hipdnn-iree run PLAN --input UID=FILE.npy ... --output-dir DIR [--device local-task] [--json]
     hipdnn-iree bench PLAN [--device local-task] [-n 100]
     hipdnn-iree compile GRAPH.json [--target llvm-cpu:host] -o PLAN
     hipdnn-iree upgrade IN OUT [--target llvm-cpu:host]
-    hipdnn-iree cache {info,clear}
+    hipdnn-iree cache {info,clear} [--dir DIR] [--json]
 
 Also ``python -m hipdnn_iree.cli``. Exit codes: 0 success; 1 the operation failed (compile
 or execution error); 2 usage (bad arguments, missing or unreadable files, inputs that do
@@ -39,26 +39,47 @@ class CliError(Exception):
 
 
 # -- shared helpers ----------------------------------------------------------------------
-def _read(path: str, what: str) -> bytes:
+MAX_KEY_BYTES = 1 << 20   # a signing/verify key file (HMAC keys are tens of bytes)
+
+
+def _read(path: str, what: str, limit: int | None = None, check=None, kind: str = "a plan",
+          bad_code: int = EXIT_BAD_PLAN) -> bytes:
+    """A file's bytes, never more than ``limit`` (default: the plan size limit) of them: pipes and
+    devices are read in chunks and refused at the first one ``check`` rejects (planfile.read_bounded).
+    Missing, folder or unreadable: EXIT_USAGE; over the limit or refused by ``check``: ``bad_code``."""
+    from hipdnn_iree.backend import envelope as _envelope
+    from hipdnn_iree.backend import planfile
+    if not os.path.lexists(path):
+        raise CliError(EXIT_USAGE, f"{what} '{path}' does not exist")
+    if os.path.isdir(path):
+        raise CliError(EXIT_USAGE, f"{what} '{path}' is a folder, not a file")
     try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise CliError(EXIT_USAGE, f"{what} '{path}' does not exist") from None
-    except IsADirectoryError:
-        raise CliError(EXIT_USAGE, f"{what} '{path}' is a folder, not a file") from None
-    except OSError as e:
-        raise CliError(EXIT_USAGE, f"cannot read {what} '{path}': {e.strerror}") from None
+        return planfile.read_bounded(path, what, _envelope.MAX_ENVELOPE_BYTES if limit is None else limit, check,
+                                     kind)
+    except planfile.FileError as e:
+        raise CliError(EXIT_USAGE, e.message) from None
+    except HipdnnError as e:
+        raise CliError(bad_code, e.message) from None
 
 
 def _key(path: str | None, what: str) -> bytes | None:
-    return None if path is None else _read(path, what)
+    return None if path is None else _read(path, what, MAX_KEY_BYTES, bad_code=EXIT_USAGE)
+
+
+def _json_start(head, limit) -> str | None:
+    """Why ``head`` cannot begin graph JSON (an object), or None."""
+    text = head[3:] if head[:3] == b"\xef\xbb\xbf" else head
+    text = text.lstrip(b" \t\r\n")
+    if text and not text.startswith(b"{"):
+        return f"it does not start with a JSON object ('{{'): first byte {text[:1]!r}"
+    return None
 
 
 def _load_plan(path: str, verify_key_file: str | None = None):
-    """(bytes, PlanInfo) of a plan file; a bad plan is EXIT_BAD_PLAN."""
+    """(bytes, PlanInfo) of a plan file, read with hd.load_plan's bounds; a bad plan is EXIT_BAD_PLAN."""
     from hipdnn_iree.backend.plan_info import read_plan
-    data = _read(path, "plan file")
+    from hipdnn_iree.backend.planfile import could_start_plan
+    data = _read(path, "plan file", check=could_start_plan)
     try:
         return data, read_plan(data, _key(verify_key_file, "key file"))
     except HipdnnError as e:
@@ -66,7 +87,7 @@ def _load_plan(path: str, verify_key_file: str | None = None):
 
 
 def _restore(path: str, device: str | None, verify_key_file: str | None):
-    """Restores a plan on ``device`` (default: the plan's own kind); returns (handle, graph, info, seconds)."""
+    """Restores a plan on ``device`` (default: the plan's own kind); returns (handle, graph, info, seconds, data)."""
     import hipdnn_iree as hd
     from hipdnn_iree.plugins.iree_linalg.targets import check_runs_on, parse_target
     data, info = _load_plan(path, verify_key_file)
@@ -82,7 +103,7 @@ def _restore(path: str, device: str | None, verify_key_file: str | None):
         except HipdnnError as e:
             raise CliError(EXIT_FAILED if e.status == Status.NOT_SUPPORTED else EXIT_BAD_PLAN,
                            f"cannot restore '{path}' on device '{device}': {e.message}") from None
-        return handle, graph, info, time.perf_counter() - t0
+        return handle, graph, info, time.perf_counter() - t0, data
     try:
         target = parse_target(info.target)
     except HipdnnError as e:
@@ -105,7 +126,7 @@ def _restore(path: str, device: str | None, verify_key_file: str | None):
     except HipdnnError as e:
         code = EXIT_DEVICE if e.status in (Status.NOT_SUPPORTED, Status.NOT_INITIALIZED) else EXIT_BAD_PLAN
         raise CliError(code, f"cannot restore '{path}' on device '{device}': {e.message}") from None
-    return handle, graph, info, time.perf_counter() - t0
+    return handle, graph, info, time.perf_counter() - t0, data
 
 
 def _alloc(t, fill=0):
@@ -222,7 +243,7 @@ def cmd_inspect(args) -> int:
 def cmd_run(args) -> int:
     import numpy as np
     files = _parse_inputs(args.input)
-    handle, graph, info, _ = _restore(args.plan, args.device, args.verify_key_file)
+    handle, graph, info, _, _ = _restore(args.plan, args.device, args.verify_key_file)
     tensors = graph.get_compiled_plan_tensors()
     pack, outputs, _ = _variant_pack(tensors, files, random_inputs=False)
     _execute(handle, graph, pack)
@@ -231,14 +252,31 @@ def cmd_run(args) -> int:
     except OSError as e:
         raise CliError(EXIT_USAGE, f"cannot create output folder '{args.output_dir}': {e.strerror}") from None
     names = {t.uid: t.name for t in tensors}
+    written = []
     for uid, buf in sorted(outputs.items()):
         path = os.path.join(args.output_dir, f"{uid}.npy")
         try:
             np.save(path, np.ascontiguousarray(buf))
         except OSError as e:
             raise CliError(EXIT_USAGE, f"cannot write '{path}': {e.strerror}") from None
-        print(f"uid {uid} ('{names[uid]}'): {buf.dtype} {list(buf.shape)} -> {path}")
+        written.append({"uid": uid, "name": names[uid], "dtype": str(buf.dtype), "shape": list(buf.shape),
+                        "path": path})
+        if not args.json:
+            print(f"uid {uid} ('{names[uid]}'): {buf.dtype} {list(buf.shape)} -> {path}")
+    if args.json:
+        print(json.dumps({"plan": args.plan, "device": handle.device, "target": _plan_target(info, handle),
+                          "outputs": written}, indent=2))
     return EXIT_OK
+
+
+def _plan_target(info, handle) -> str:
+    """The plan's target; a kind-1 plan (a hipDNN graph) has none of its own: the one it was compiled
+    for when restored, said so."""
+    if info.target:
+        return info.target
+    if info.graph is not None:
+        return f"{','.join(handle.targets)} (compiled at restore: kind-1 plan)"
+    return ",".join(e["target"] for e in info.entries) or "?"
 
 
 def cmd_bench(args) -> int:
@@ -247,14 +285,14 @@ def cmd_bench(args) -> int:
         raise CliError(EXIT_USAGE, "-n and --restores must be at least 1")
     files = _parse_inputs(args.input)
     t0 = time.perf_counter()
-    handle, graph, info, _ = _restore(args.plan, args.device, args.verify_key_file)
+    handle, graph, info, _, data = _restore(args.plan, args.device, args.verify_key_file)
     setup = time.perf_counter() - t0
     pack, _, _ = _variant_pack(graph.get_compiled_plan_tensors(), files, random_inputs=True)
     graph.release()
-    data, vkey = _read(args.plan, "plan file"), _key(args.verify_key_file, "key file")
+    vkey = _key(args.verify_key_file, "key file")
     report = run_bench(lambda: _restore_again(handle, data, vkey, args.plan), lambda g: _execute(handle, g, pack),
                        args.n, args.restores, args.progress)
-    report.update(plan=args.plan, device=handle.device, target=info.target, plan_bytes=len(data),
+    report.update(plan=args.plan, device=handle.device, target=_plan_target(info, handle), plan_bytes=len(data),
                   device_and_first_restore_s=setup)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return EXIT_OK
@@ -270,7 +308,7 @@ def _restore_again(handle, data: bytes, verify_key, path: str):
 
 def cmd_compile(args) -> int:
     import hipdnn_iree as hd
-    text = _read(args.graph, "graph file")
+    text = _read(args.graph, "graph file", check=_json_start, kind="graph JSON")
     try:
         graph = hd.Graph.from_json(text)
         graph.validate()
@@ -363,14 +401,25 @@ def _check_iree_flags(flags) -> None:
 
 def cmd_cache(args) -> int:
     from hipdnn_iree.plugins.iree_linalg import cache as _cache
-    store = _cache.CompileCache(os.path.abspath(args.dir) if args.dir else _cache.default_dir(),
-                                _cache.env_max_bytes())
+    folder = os.path.abspath(args.dir) if args.dir else _cache.default_dir()
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise CliError(EXIT_USAGE, f"cache folder '{folder}' is not a folder (it is a file or a device): pass the "
+                                   "cache's folder with --dir, or set HIPDNN_IREE_CACHE_DIR to one")
+    store = _cache.CompileCache(folder, _cache.env_max_bytes())
     if args.action == "clear":
-        print(f"removed {store.clear()} entries from {store.directory}")
+        removed = store.clear()
+        print(json.dumps({"action": "clear", "folder": store.directory, "removed": removed}, indent=2) if args.json
+              else f"removed {removed} entries from {store.directory}")
         return EXIT_OK
     entries = store.entries()
-    print(f"folder: {store.directory}\nentries: {len(entries)}\nsize: {sum(s for _, s, _ in entries)} bytes "
-          f"(cap {store.max_bytes})\nenabled: {_cache.env_enabled()} ({_cache.ENV_ENABLED})")
+    report = {"action": "info", "folder": store.directory, "exists": os.path.isdir(folder), "entries": len(entries),
+              "bytes": sum(s for _, s, _ in entries), "max_bytes": store.max_bytes, "enabled": _cache.env_enabled()}
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return EXIT_OK
+    missing = "" if report["exists"] else " (does not exist yet)"
+    print(f"folder: {store.directory}{missing}\nentries: {len(entries)}\nsize: {report['bytes']} bytes "
+          f"(cap {store.max_bytes})\nenabled: {report['enabled']} ({_cache.ENV_ENABLED})")
     return EXIT_OK
 
 
@@ -403,6 +452,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--input", "-i", action="append", metavar="UID=FILE.npy",
                    help="an input tensor (repeat per input); logical dims in any layout, or the memory image")
     p.add_argument("--output-dir", "-o", required=True, metavar="DIR", help="folder for <uid>.npy outputs")
+    p.add_argument("--json", action="store_true", help="print JSON (plan, device, target, outputs) instead of text")
     device_opts(p)
 
     p = add("bench", "Time restore, first execute and steady execute of a plan (median, min, max).", cmd_bench)
@@ -440,6 +490,7 @@ def _parser() -> argparse.ArgumentParser:
     p = add("cache", "Show or clear the persistent compile cache.", cmd_cache)
     p.add_argument("action", choices=("info", "clear"))
     p.add_argument("--dir", help="cache folder (default: HIPDNN_IREE_CACHE_DIR or ~/.cache/hipdnn-iree)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
     return ap
 
 
