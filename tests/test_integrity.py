@@ -139,14 +139,16 @@ def test_version_and_target_mismatches(built):
     assert "rocm:gfx942" in str(e) and "local-task" in str(e)
     e = raises(S.NOT_SUPPORTED, lambda: hd.Graph.from_compiled_plan(h, repack(data, target_arch="npu:x")))
     # arch checks against the handle's GPU (plugin bound without creating a device)
+    from hipdnn_iree.plugins.iree_linalg.session import IreeSession
+    from hipdnn_iree.plugins.iree_linalg.targets import parse_target
     p = IreeLinalgPlugin()
-    p.bind("hip://0", "rocm:gfx942")
-    e = raises(S.NOT_SUPPORTED, lambda: p.check_plan_compatibility({"target_arch": "rocm:gfx90a"}))
+    s = IreeSession("hip://0", parse_target("rocm:gfx942"))
+    e = raises(S.NOT_SUPPORTED, lambda: p.check_plan_compatibility({"target_arch": "rocm:gfx90a"}, session=s))
     assert "gfx90a" in str(e) and "gfx942" in str(e)
-    p.check_plan_compatibility({"target_arch": "rocm:gfx942", "compiler_version": "3.13.0"})
-    p.bind("cuda://0", "cuda:sm_80")
-    raises(S.NOT_SUPPORTED, lambda: p.check_plan_compatibility({"target_arch": "cuda:sm_89"}), match="sm_89")
-    p.check_plan_compatibility({"target_arch": "cuda:sm_75"})
+    p.check_plan_compatibility({"target_arch": "rocm:gfx942", "compiler_version": "3.13.0"}, session=s)
+    s = IreeSession("cuda://0", parse_target("cuda:sm_80"))
+    raises(S.NOT_SUPPORTED, lambda: p.check_plan_compatibility({"target_arch": "cuda:sm_89"}, session=s), match="sm_89")
+    p.check_plan_compatibility({"target_arch": "cuda:sm_75"}, session=s)
 
 
 def test_unknown_plugin_named_in_error(built):
@@ -196,7 +198,8 @@ def test_plan_tensors_and_attributes(built):
     assert plan.get_attribute(A.EXECUTION_PLAN_ENGINE_ID_EXT) == hd.engine_id_from_name("IREE_LINALG")
     assert plan.get_attribute(A.EXECUTION_PLAN_HANDLE) is h
     assert len(plan.get_attribute(A.EXECUTION_PLAN_TENSORS_EXT)) == 3
-    raises(S.NOT_SUPPORTED, lambda: plan.get_attribute(A.EXECUTION_PLAN_ENGINE_CONFIG), match="restored")
+    cfg = plan.get_attribute(A.EXECUTION_PLAN_ENGINE_CONFIG)   # third edition: it travels in the plan
+    assert (cfg.engine_name, cfg.knobs) == ("IREE_LINALG", {})
     built_plan = g.get_execution_plan()
     assert built_plan.get_attribute(A.EXECUTION_PLAN_ENGINE_CONFIG).engine_name == "IREE_LINALG"
     # allocating from the plan alone, as a caller who did not build it

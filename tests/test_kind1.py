@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import hipdnn_iree as hd
+from hipdnn_iree.plugin_sdk.contract import SessionSettings
 from harness import BLOCK_COMPILER, REPO, raises, run_python
 from hipdnn_iree.backend import envelope as _envelope
 from hipdnn_iree.flatbuffers_sdk import execution_plan_generated as E
@@ -327,7 +328,7 @@ def _seed_payloads():
 def fuzz_kind1(n, seed):
     """Mutated kind-1 payloads through the plugin's unpack + decode + check + lowering (no compile)."""
     plugin = IreeLinalgPlugin()
-    plugin.bind(None, "llvm-cpu:host")
+    session = plugin.create_session(SessionSettings(None, "llvm-cpu:host"))
     seeds = _seed_payloads()
     rnd = random.Random(seed)
     counts = {}
@@ -349,7 +350,7 @@ def fuzz_kind1(n, seed):
         else:
             data = bytearray(rnd.randbytes(rnd.randint(0, 256)))
         try:
-            plugin.graph_from_serialized(bytes(data), {"tensor_uids": uids})
+            plugin.graph_from_serialized(bytes(data), {"tensor_uids": uids}, session=session)
             counts["ok"] = counts.get("ok", 0) + 1
         except hd.HipdnnError as e:
             assert e.status in (S.PLUGIN_ERROR, S.NOT_SUPPORTED, S.BAD_PARAM), e
@@ -371,7 +372,7 @@ def test_fuzzed_kind1_payloads_give_only_typed_errors_100k():
 
 def test_the_unmutated_seeds_pass_the_check():
     plugin = IreeLinalgPlugin()
-    plugin.bind(None, "llvm-cpu:host")
+    session = plugin.create_session(SessionSettings(None, "llvm-cpu:host"))
     for payload, uids in _seed_payloads()[:2]:
-        assert plugin.graph_from_serialized(payload, {"tensor_uids": uids}) == payload[20:]
-    raises(S.NOT_SUPPORTED, plugin.graph_from_serialized, _seed_payloads()[2][0], match="RESAMPLE")
+        assert plugin.graph_from_serialized(payload, {"tensor_uids": uids}, session=session) == payload[20:]
+    raises(S.NOT_SUPPORTED, lambda: plugin.graph_from_serialized(_seed_payloads()[2][0], session=session), match="RESAMPLE")

@@ -173,40 +173,24 @@ KIND1_REFUSAL = (" held by FUSPLAN payload_kind 1 (hipDNN graph FlatBuffer)",
                  {"unsupported": Status.NOT_SUPPORTED, "internal": Status.PLUGIN_ERROR, "": Status.PLUGIN_ERROR})
 
 
-def _compiler_missing() -> str | None:
-    """None when this process can build plans, else why not."""
-    try:
-        import iree.compiler  # noqa: F401
-        from hipdnn_iree.plugins.iree_linalg.compile import find_compiler
-        find_compiler()
-    except ImportError as e:
-        return str(e)
-    except HipdnnError as e:
-        return str(e)
-    return None
-
-
 def restore_graph(session: IreeSession, plan, info: dict) -> IreeExecutionContext:
-    """Builds the plan of a kind-1 payload through the normal build path (compile cache included):
-    the graph is lowered once (none on a cache hit); without the compiler, the graph is checked by
-    a lowering pass and the refusal says how to upgrade the plan."""
+    """Builds the plan of a kind-1 payload through the normal build path: a compile cache hit needs
+    no compiler; otherwise the graph is lowered once and compiled. Without the compiler, the graph
+    is checked by a lowering pass (its own refusals first) and the refusal says how to upgrade."""
     from hipdnn_iree.plugins.iree_linalg import build as _build
-    missing = _compiler_missing()
-    graph = kind1_graph(session, plan, info, lower=missing is not None)
-    if missing is None:
-        try:
-            ctx = _build.build(session, graph, {}, refusal=KIND1_REFUSAL)
-        except HipdnnError as e:
-            if e.status != Status.NOT_SUPPORTED or "iree-base-compiler" not in str(e):
-                raise
-            missing = str(e)
-    if missing is not None:
+    graph = kind1_graph(session, plan, info, lower=False)
+    try:
+        ctx = _build.build(session, graph, {}, refusal=KIND1_REFUSAL)
+    except HipdnnError as e:
+        if e.status != Status.NOT_SUPPORTED or "iree-base-compiler" not in str(e):
+            raise
+        kind1_graph(session, plan, info, lower=True)
         raise HipdnnError(Status.NOT_SUPPORTED,
                           "this plan holds a hipDNN graph (FUSPLAN kind 1, as hipDNN's fusilli-provider writes "
                           "it), which is compiled when restored, and this process has no IREE compiler "
-                          f"({missing}): install it (pip install 'iree-base-compiler==3.13.*'), or upgrade the "
+                          f"({e}): install it (pip install 'iree-base-compiler==3.13.*'), or upgrade the "
                           "plan once where it is installed: hipdnn-iree upgrade IN OUT --target <target> "
-                          "(writes a compiled plan that restores without the compiler)")
+                          "(writes a compiled plan that restores without the compiler)") from None
     ctx.op_graph = graph
     return ctx
 
