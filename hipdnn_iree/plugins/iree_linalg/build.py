@@ -24,16 +24,40 @@ from lowering.graph_ir import GraphDesc, unsupported_reason
 _LOWERING_STATUS = {"unsupported": Status.NOT_SUPPORTED, "internal": Status.INTERNAL_ERROR}
 
 
-def decode(op_graph: bytes) -> GraphDesc:
+MEMO_GRAPHS = 4   # decoded graphs a session keeps (one build asks for one graph several times)
+
+
+def _decoded(op_graph, session: IreeSession | None) -> GraphDesc:
+    """``decode_graph(op_graph)``, memoized in ``session`` (keyed by the bytes themselves: a bytes
+    object caches its hash, and equal bytes decode to equal graphs), so that
+    get_applicable_engine_ids, get_engine_configs and the build decode one graph once."""
+    memo = session.decoded_graphs if session is not None else None
+    key = op_graph if isinstance(op_graph, bytes) else bytes(op_graph)
+    if memo is not None:
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+    desc = decode_graph(key)
+    if memo is not None:
+        memo[key] = desc
+        while len(memo) > MEMO_GRAPHS:
+            try:
+                del memo[next(iter(memo))]
+            except (KeyError, StopIteration, RuntimeError):   # NOTE: another thread trimmed it first
+                break
+    return desc
+
+
+def decode(op_graph: bytes, session: IreeSession | None = None) -> GraphDesc:
     try:
-        return decode_graph(op_graph)
+        return _decoded(op_graph, session)
     except LoweringError as e:
         raise HipdnnError(Status.BAD_PARAM, f"IREE_LINALG cannot read the op graph: {e}") from None
 
 
-def applicable(op_graph: bytes) -> bool:
+def applicable(op_graph: bytes, session: IreeSession | None = None) -> bool:
     try:
-        g = decode_graph(op_graph)
+        g = _decoded(op_graph, session)
     except LoweringError:
         return False
     return all(n.kind in LOWERINGS for n in g.nodes) and unsupported_reason(g, tuple(LOWERINGS)) is None
@@ -44,7 +68,7 @@ def build(session: IreeSession, op_graph: bytes, knobs: dict, engine_name: str =
     """One context: a module per session target (FUSPLAN kind 3 when several), the one for the
     session's own target loaded on its device. ``refusal``: (what the graph is, lowering error kind ->
     status) for the messages of graphs that cannot be lowered."""
-    desc = desc if desc is not None else decode(op_graph)
+    desc = desc if desc is not None else decode(op_graph, session)
     summary = GraphSummary.of(desc)
     targets = session.targets or (session.target,)
     if len(targets) == 1:

@@ -55,7 +55,7 @@ class IreeLinalgPlugin:
         return [ENGINE_ID, FUSILLI_ENGINE_ID]
 
     def get_applicable_engine_ids(self, op_graph: bytes, session=None) -> list[int]:
-        return [ENGINE_ID] if _build.applicable(op_graph) else []
+        return [ENGINE_ID] if _build.applicable(op_graph, session if isinstance(session, IreeSession) else None) else []
 
     def get_workspace_size(self, engine_id: int, op_graph: bytes, session=None) -> int:
         return 0  # IREE allocates its transients itself
@@ -66,7 +66,7 @@ class IreeLinalgPlugin:
     def get_engine_configs(self, engine_id: int, op_graph: bytes, heur_mode, session=None) -> list[dict]:
         """Knob dicts for ``heur_mode`` (knobs.candidates); A takes the tuning database's entry."""
         s = _session(session)
-        summary = GraphSummary.of(_build.decode(op_graph))
+        summary = GraphSummary.of(_build.decode(op_graph, s))
         tuned = self._tuned(s, op_graph) if heur_mode in (HeurMode.A, HeurMode.B) else None
         return candidates(s.target, summary, HeurMode(heur_mode), tuned)
 

@@ -2,7 +2,9 @@
 
 The plugin object is shared and stateless; ``IreeLinalgPlugin.create_session`` makes one of these
 for each handle (hipDNN's plugin handle). Everything here is read-only after creation, so one
-plugin object serves handles of different targets, concurrently.
+plugin object serves handles of different targets, concurrently; the one exception is a small memo
+of decoded graphs (``decoded_graphs``), so that one build (applicability, engine configs, the build
+itself) decodes its graph bytes once.
 """
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ class IreeSession:
     targets: tuple = ()
     cache: object = None
     compile_flags: tuple = field(default_factory=tuple)
+    # graph bytes -> GraphDesc (frozen, safe to share), newest last; see build.decode
+    decoded_graphs: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def target_name(self) -> str:
