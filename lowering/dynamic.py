@@ -1,0 +1,553 @@
+"""Which dims of a graph may vary at execute time (issue 20: one module for every shape).
+
+:func:`analyze` reads a :class:`GraphDesc` built at one shape and returns a :class:`ShapeSpec`:
+for every tensor, each dim is fixed (the built value), a symbol (a size chosen at execute time,
+shared by every dim that must be equal to it) or derived from a symbol (a convolution's output
+size). ``lowering.lower(..., shape_spec=spec)`` then emits one module whose arguments carry ``?``
+for the varying dims; :meth:`ShapeSpec.resolve` checks the shapes of one execute against it.
+
+Rules (per op; dims that must be equal across tensors are unified into one class first):
+
+- batch dims vary (matmul batch dims, conv/batchnorm N, sdpa B, axis 0 of norms);
+- sequence/token dims vary: matmul M, sdpa S_q and S_kv, the non-normalized axes of
+  layernorm/rmsnorm, the kept axes of reductions, the spatial axes of batchnorm;
+- conv N varies (H/W only with ``conv_spatial=True``: output sizes are derived from the input's);
+- fixed: channels, filter sizes, heads, head dims, matmul K and N, normalized axes, reduced axes,
+  and any dim of size 1 that broadcasts against a larger dim (or against a varying one);
+- pointwise ops take what the other ops say about their dims; a graph of pointwise ops only
+  lets every axis but the last vary (the last is the feature axis), and a per-channel operand
+  (``[1, C, 1, 1]``: ones except some axes) fixes the axes it spans and lets the others vary;
+- strided (non-dense) bound tensors and stride-0 broadcast axes keep every dim fixed.
+
+A class varies if an op says it varies and none says it is fixed.
+
+Example:
+    >>> from lowering.dynamic import analyze                     # doctest: +SKIP
+    >>> spec = analyze(graph)
+    >>> spec.varying()                                           # doctest: +SKIP
+    {1: [0, 1], 3: [0, 1]}
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from lowering.graph_ir import ABSENT, GraphDesc, LoweringError, OpKind
+from lowering.layout import physical_layout
+
+SPEC_VERSION = 1
+
+# assertion strengths, strongest first
+_FIXED, _VARY, _BPARAM, _BTOKEN, _PPARAM, _PTOKEN = range(6)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One convolution step: ``out = (in + pad - extent) // stride + 1``."""
+
+    pad: int       # pre + post padding
+    extent: int    # dilation * (kernel - 1) + 1
+    stride: int
+
+    def apply(self, v: int) -> int:
+        return (v + self.pad - self.extent) // self.stride + 1
+
+    def text(self, inner: str) -> str:
+        return f"({inner} + {self.pad} - {self.extent}) // {self.stride} + 1"
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A dim that is ``steps`` applied in order to symbol ``of``."""
+
+    of: str
+    steps: tuple[Step, ...]
+
+    def value(self, sym_values: dict) -> int:
+        v = sym_values[self.of]
+        for s in self.steps:
+            v = s.apply(v)
+        return v
+
+    def text(self) -> str:
+        t = self.of
+        for s in self.steps:
+            t = s.text(t)
+        return t
+
+
+@dataclass
+class ShapeSpec:
+    """Which dims of which tensors vary. ``dims[uid]``: per axis an int (fixed), a symbol name (str)
+    or a :class:`Derived`. ``built[uid]``: the dims the graph was built with. ``bound``: the uids bound
+    at execute (the module's arguments). ``symbols``: name -> built value."""
+
+    dims: dict[int, tuple]
+    built: dict[int, tuple[int, ...]]
+    bound: tuple[int, ...]
+    symbols: dict[str, int]
+    orders: dict[int, tuple[int, ...]] = field(default_factory=dict)   # bound uid -> memory order
+
+    # -- queries -------------------------------------------------------------
+    def varying(self) -> dict[int, list[int]]:
+        """uid -> the dim indices that may vary (bound tensors only)."""
+        out = {}
+        for u in self.bound:
+            v = [i for i, d in enumerate(self.dims[u]) if not isinstance(d, int)]
+            if v:
+                out[u] = v
+        return out
+
+    def is_dynamic(self) -> bool:
+        return bool(self.varying())
+
+    def carriers(self, sym: str) -> list[int]:
+        return [u for u in self.bound if sym in self.dims[u]]
+
+    def allowed(self, uid: int, dim: int) -> str:
+        """What the plan allows for dim ``dim`` of tensor ``uid`` (human text)."""
+        d = self.dims[uid][dim]
+        if isinstance(d, int):
+            return f"fixed at {d}"
+        if isinstance(d, str):
+            others = [u for u in self.carriers(d) if u != uid]
+            shared = f", shared with uid{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}" if others else ""
+            return f"any size >= 1 (symbol {d}{shared})"
+        base = next(((u, i) for u in self.bound for i, e in enumerate(self.dims[u]) if e == d.of), None)
+        where = f" from uid {base[0]} dim {base[1]}" if base else ""
+        return f"{d.text()}{where}"
+
+    def strides_for(self, uid: int, dims: Sequence[int]) -> tuple[int, ...]:
+        """Packed strides for ``dims`` in the built tensor's memory order."""
+        dims = tuple(int(d) for d in dims)
+        order = self.orders.get(uid, tuple(range(len(dims))))
+        strides = [0] * len(dims)
+        acc = 1
+        for a in reversed(order):
+            strides[a] = acc
+            acc *= max(dims[a], 1)
+        return tuple(strides)
+
+    # -- checking an execute's shapes ----------------------------------------
+    def resolve(self, shapes: dict) -> dict[int, tuple[int, ...]]:
+        """Binds the symbols from ``shapes`` (uid -> dims), checks every given dim, and returns the
+        dims of every bound tensor. Raises LoweringError naming the uid, dim, value and what is allowed."""
+        shapes = {int(u): tuple(int(x) for x in s) for u, s in shapes.items()}
+        for u, s in shapes.items():
+            if u not in self.dims or u not in self.bound:
+                raise LoweringError(f"uid {u}: not a tensor bound by this plan (bound uids: {list(self.bound)})")
+            if len(s) != len(self.dims[u]):
+                raise LoweringError(f"uid {u}: {len(s)} dims {list(s)} given, the plan's tensor has rank "
+                                    f"{len(self.dims[u])} (built dims {list(self.built[u])})")
+        values: dict[str, int] = {}
+        where: dict[str, tuple[int, int]] = {}
+        for u in self.bound:                      # bind symbols, in uid order
+            if u not in shapes:
+                continue
+            for i, d in enumerate(self.dims[u]):
+                if not isinstance(d, str):
+                    continue
+                got = shapes[u][i]
+                if got < 1:
+                    raise LoweringError(f"uid {u} dim {i}: size {got} given; the plan allows {self.allowed(u, i)}")
+                if d in values and values[d] != got:
+                    pu, pi = where[d]
+                    raise LoweringError(f"uid {u} dim {i}: size {got} given, but uid {pu} dim {pi} gives symbol {d} "
+                                        f"the size {values[d]}; the plan allows {self.allowed(u, i)}")
+                values.setdefault(d, got)
+                where.setdefault(d, (u, i))
+        for u, s in shapes.items():               # fixed dims first: the clearest message
+            for i, d in enumerate(self.dims[u]):
+                if isinstance(d, int) and s[i] != d:
+                    raise LoweringError(f"uid {u} dim {i}: size {s[i]} given; the plan allows {self.allowed(u, i)}")
+        missing = [s for s in self.symbols if s not in values and self.carriers(s)]
+        if missing:
+            s = missing[0]
+            u = self.carriers(s)[0]
+            raise LoweringError(f"symbol {s}: no shape given for any tensor carrying it (uid {u} dim "
+                                f"{self.dims[u].index(s)}); pass that tensor's dims")
+        out = {}
+        for u in self.bound:
+            dims = []
+            for i, d in enumerate(self.dims[u]):
+                if isinstance(d, int):
+                    want = d
+                elif isinstance(d, str):
+                    want = values[d]
+                else:
+                    want = d.value(values)
+                    if want < 1:
+                        raise LoweringError(f"uid {u} dim {i}: {d.text()} = {want} for the given sizes "
+                                            f"({', '.join(f'{k}={v}' for k, v in values.items())}); the "
+                                            f"convolution's window does not fit")
+                if u in shapes and shapes[u][i] != want:
+                    raise LoweringError(f"uid {u} dim {i}: size {shapes[u][i]} given; the plan allows "
+                                        f"{self.allowed(u, i)}" + (f" (= {want} here)" if not isinstance(d, int) else ""))
+                dims.append(want)
+            out[u] = tuple(dims)
+        return out
+
+    # -- JSON --------------------------------------------------------------
+    def to_json(self) -> str:
+        def enc(d):
+            if isinstance(d, (int, str)):
+                return d
+            return {"of": d.of, "steps": [[s.pad, s.extent, s.stride] for s in d.steps]}
+        doc = {"version": SPEC_VERSION, "symbols": self.symbols, "bound": list(self.bound),
+               "tensors": {str(u): {"dims": [enc(d) for d in self.dims[u]], "built": list(self.built[u]),
+                                    **({"order": list(self.orders[u])} if u in self.orders else {})}
+                           for u in sorted(self.dims)}}
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> "ShapeSpec":
+        try:
+            doc = json.loads(text)
+            if doc.get("version") != SPEC_VERSION:
+                raise LoweringError(f"shape spec version {doc.get('version')!r}: this build reads version "
+                                    f"{SPEC_VERSION}", "unsupported")
+
+            def dec(d):
+                if isinstance(d, (int, str)):
+                    return d
+                return Derived(d["of"], tuple(Step(*map(int, s)) for s in d["steps"]))
+            dims, built, orders = {}, {}, {}
+            for k, t in doc["tensors"].items():
+                dims[int(k)] = tuple(dec(d) for d in t["dims"])
+                built[int(k)] = tuple(int(x) for x in t["built"])
+                if "order" in t:
+                    orders[int(k)] = tuple(int(x) for x in t["order"])
+            return cls(dims, built, tuple(int(u) for u in doc["bound"]),
+                       {str(k): int(v) for k, v in doc["symbols"].items()}, orders)
+        except LoweringError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise LoweringError(f"shape spec JSON is malformed: {e}") from None
+
+    def __eq__(self, other):
+        return isinstance(other, ShapeSpec) and self.to_json() == other.to_json()
+
+
+# ---------------------------------------------------------------------------
+# Analysis
+# ---------------------------------------------------------------------------
+
+
+class _Facts:
+    """Union-find over (uid, axis) keys with strength-tagged vary/fixed assertions."""
+
+    def __init__(self, graph: GraphDesc):
+        self.graph = graph
+        self.parent: dict = {}
+        self.marks: dict = {}           # key -> list of (strength, label)
+        self.derived: list = []         # (out key, in key, Step)
+        for t in graph.tensors:
+            for i in range(len(t.dims)):
+                self.parent[(t.uid, i)] = (t.uid, i)
+
+    def dims(self, uid: int) -> tuple[int, ...]:
+        return tuple(self.graph.tensor(uid).dims)
+
+    def find(self, k):
+        while self.parent[k] != k:
+            self.parent[k] = self.parent[self.parent[k]]
+            k = self.parent[k]
+        return k
+
+    def union(self, a, b):
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+    def mark(self, key, strength: int, label: str = ""):
+        self.marks.setdefault(key, []).append((strength, label))
+
+    def same(self, ua: int, ia: int, ub: int, ib: int):
+        """Unifies axis ``ia`` of ``ua`` with ``ib`` of ``ub`` when they are equal; a size-1 axis facing
+        a larger one broadcasts and stays fixed."""
+        da, db = self.dims(ua)[ia], self.dims(ub)[ib]
+        if da == db:
+            self.union((ua, ia), (ub, ib))
+        else:
+            for u, i, d in ((ua, ia, da), (ub, ib, db)):
+                if d == 1:
+                    self.mark((u, i), _FIXED)
+
+
+def _right_aligned(f: _Facts, op: int, out: int, same_shape_only_ones: bool = True):
+    """Pointwise-style: unify ``op``'s axes with ``out``'s, right-aligned. An operand whose dims differ
+    from the output's keeps its size-1 axes fixed (they broadcast)."""
+    a, o = f.dims(op), f.dims(out)
+    off = len(o) - len(a)
+    full = a == o
+    for i, d in enumerate(a):
+        if d == 1 and not full:
+            f.mark((op, i), _FIXED)
+        elif d == o[off + i]:
+            f.union((op, i), (out, off + i))
+        else:
+            f.mark((op, i), _FIXED)
+
+
+def _pointwise(f: _Facts, node):
+    at = node.attrs
+    out = at.outputs()[0]
+    o = f.dims(out)
+    rank = len(o)
+    ins = [u for u in at.inputs() if not f.graph.tensor(u).is_scalar]
+    for u in ins:
+        _right_aligned(f, u, out)
+    for u in ins:
+        a = f.dims(u)
+        off = rank - len(a)
+        padded = (1,) * off + a
+        if padded != o and any(d != 1 for d in padded):
+            # a per-channel style operand: the axes it spans are parameters, the others tokens
+            for i in range(rank):
+                f.mark((out, i), _BPARAM if padded[i] == o[i] and o[i] != 1 else _BTOKEN)
+    for i in range(rank):
+        f.mark((out, i), _PPARAM if (rank >= 2 and i == rank - 1) else _PTOKEN, "S" if i else "N")
+
+
+def _matmul(f: _Facts, node):
+    at = node.attrs
+    a, b, c = at.a_uid, at.b_uid, at.c_uid
+    da, db, dc = f.dims(a), f.dims(b), f.dims(c)
+    nb = len(dc) - 2
+    for u, d in ((a, da), (b, db)):
+        off = nb - (len(d) - 2)
+        for i in range(len(d) - 2):
+            if d[i] == dc[off + i] and not (u == b and d[i] == 1):
+                f.union((u, i), (c, off + i))
+            else:
+                f.mark((u, i), _FIXED)
+    for i in range(nb):
+        f.mark((c, i), _VARY, "B")
+    f.union((a, len(da) - 2), (c, nb))
+    f.mark((c, nb), _VARY, "M")
+    f.union((a, len(da) - 1), (b, len(db) - 2))
+    f.mark((a, len(da) - 1), _FIXED)
+    f.union((b, len(db) - 1), (c, nb + 1))
+    f.mark((c, nb + 1), _FIXED)
+
+
+def _reduction(f: _Facts, node):
+    at = node.attrs
+    x, y = f.dims(at.x_uid), f.dims(at.y_uid)
+    for i, (dx, dy) in enumerate(zip(x, y)):
+        if dy == dx:
+            f.union((at.x_uid, i), (at.y_uid, i))
+            f.mark((at.y_uid, i), _VARY, "N" if i == 0 else "S")
+        else:
+            f.mark((at.x_uid, i), _FIXED)
+            f.mark((at.y_uid, i), _FIXED)
+
+
+def _batchnorm(f: _Facts, node):
+    at = node.attrs
+    x = f.dims(at.x_uid)
+    for i in range(len(x)):
+        f.union((at.x_uid, i), (at.y_uid, i))
+        f.mark((at.x_uid, i), _FIXED if i == 1 else _VARY, "N" if i == 0 else "H")
+    for u in (at.mean_uid, at.inv_variance_uid, at.scale_uid, at.bias_uid):
+        if u != ABSENT and not f.graph.tensor(u).is_scalar:
+            _right_aligned(f, u, at.x_uid)
+            for i in range(len(f.dims(u))):
+                f.mark((u, i), _FIXED)
+
+
+def _rownorm(f: _Facts, node):
+    from lowering.ops.norm import norm_axes
+    at = node.attrs
+    x = f.dims(at.x_uid)
+    scale = f.dims(at.scale_uid)
+    axes = norm_axes(x, scale, getattr(at, "normalized_dim_count", 0))
+    for i in range(len(x)):
+        f.union((at.x_uid, i), (at.y_uid, i))
+        f.mark((at.x_uid, i), _FIXED if i in axes else _VARY, "N" if i == 0 else "S")
+    for name in ("scale_uid", "bias_uid"):
+        u = getattr(at, name, ABSENT)
+        if u != ABSENT and not f.graph.tensor(u).is_scalar:
+            _right_aligned(f, u, at.x_uid)
+            for i in range(len(f.dims(u))):
+                f.mark((u, i), _FIXED)
+    for name in ("mean_uid", "inv_variance_uid", "inv_rms_uid"):
+        u = getattr(at, name, ABSENT)
+        if u != ABSENT:
+            for i, d in enumerate(f.dims(u)):
+                if i in axes or d != x[i]:
+                    f.mark((u, i), _FIXED)
+                else:
+                    f.union((u, i), (at.x_uid, i))
+
+
+def _sdpa(f: _Facts, node):
+    at = node.attrs
+    q, k, v, o = at.q_uid, at.k_uid, at.v_uid, at.o_uid
+    for u in (k, v, o):
+        f.union((q, 0), (u, 0))
+    f.mark((q, 0), _VARY, "B")
+    f.union((q, 1), (o, 1))
+    f.union((k, 1), (v, 1))
+    for u, i in ((q, 1), (k, 1), (q, 3), (v, 3)):
+        f.mark((u, i), _FIXED)
+    f.union((q, 3), (k, 3))
+    f.union((v, 3), (o, 3))
+    f.union((q, 2), (o, 2))
+    f.mark((q, 2), _VARY, "S_q")
+    f.union((k, 2), (v, 2))
+    f.mark((k, 2), _VARY, "S_kv")
+    scores = ((q, 0), (q, 1), (q, 2), (k, 2))
+    for name in ("mask_uid",):
+        u = getattr(at, name)
+        if u == ABSENT or f.graph.tensor(u).is_scalar:
+            continue
+        m = f.dims(u)
+        sd = (f.dims(q)[0], f.dims(q)[1], f.dims(q)[2], f.dims(k)[2])
+        off = 4 - len(m)
+        for i, d in enumerate(m):
+            if d == 1 and sd[off + i] != 1:
+                f.mark((u, i), _FIXED)
+            elif d == 1:
+                f.mark((u, i), _FIXED)   # NOTE: a size-1 mask axis is read as broadcasting
+            else:
+                f.union((u, i), scores[off + i])
+    for name in ("scale_uid",):
+        u = getattr(at, name)
+        if u != ABSENT:
+            for i in range(len(f.dims(u))):
+                f.mark((u, i), _FIXED)
+
+
+def _conv(f: _Facts, node, conv_spatial: bool):
+    from lowering.ops.conv import conv_params
+    at = node.attrs
+    x, w, y = at.x_uid, at.w_uid, at.y_uid
+    dx, dw = f.dims(x), f.dims(w)
+    f.union((x, 0), (y, 0))
+    f.mark((x, 0), _VARY, "N")
+    for u in (x, y, w):
+        f.mark((u, 1), _FIXED)
+    f.mark((w, 0), _FIXED)
+    rank = len(dx) - 2
+    p = conv_params(at, rank)
+    for i in range(rank):
+        f.mark((w, 2 + i), _FIXED)
+        if conv_spatial and node.kind == OpKind.CONV_FPROP:
+            step = Step(p.pre[i] + p.post[i], p.dilation[i] * (dw[2 + i] - 1) + 1, p.stride[i])
+            if step.pad == step.extent - 1 and step.stride == 1:
+                f.union((x, 2 + i), (y, 2 + i))          # 'same' padding: the size is kept
+            else:
+                f.derived.append(((y, 2 + i), (x, 2 + i), step))
+            f.mark((x, 2 + i), _VARY, "HWD"[i] if rank > 1 else "W")
+        else:
+            f.mark((x, 2 + i), _FIXED)
+            f.mark((y, 2 + i), _FIXED)
+
+
+_RULES = {OpKind.POINTWISE: _pointwise, OpKind.MATMUL: _matmul, OpKind.REDUCTION: _reduction,
+          OpKind.BATCHNORM_INFERENCE: _batchnorm, OpKind.LAYERNORM: _rownorm, OpKind.RMSNORM: _rownorm,
+          OpKind.SDPA: _sdpa}
+_CONV = (OpKind.CONV_FPROP, OpKind.CONV_DGRAD, OpKind.CONV_WGRAD)
+
+
+def analyze(graph: GraphDesc, conv_spatial: bool = False) -> ShapeSpec:
+    """Which dims of ``graph``'s tensors may vary (module docstring). ``conv_spatial``: let conv_fprop's
+    H/W vary too (outputs derived from inputs)."""
+    f = _Facts(graph)
+    for node in graph.nodes:
+        if node.kind in _CONV:
+            _conv(f, node, conv_spatial)
+        elif node.kind in _RULES:
+            _RULES[node.kind](f, node)
+        else:
+            raise LoweringError(f"node '{node.name}': op kind {node.kind.name} has no dynamic-shape rule",
+                                "unsupported")
+    bound = [t.uid for t in graph.bound_tensors()]
+    orders = {}
+    for t in graph.bound_tensors():
+        lay = physical_layout(t.dims, t.strides, f"tensor '{t.name}' (uid {t.uid})")
+        if not lay.is_dense or lay.bcast_axes:
+            for i in range(len(t.dims)):
+                f.mark((t.uid, i), _FIXED)     # NOTE: strided views keep their shape (module docstring)
+        else:
+            orders[t.uid] = tuple(lay.order)
+    # classes and their strongest assertions
+    classes: dict = {}
+    for k in f.parent:
+        classes.setdefault(f.find(k), []).append(k)
+    strength = {}
+    for root, keys in classes.items():
+        ms = [m for k in keys for m in f.marks.get(k, [])]
+        best = min((s for s, _ in ms), default=None)
+        if best is None:
+            vary = False
+        elif best == _FIXED:
+            vary = False
+        elif best == _VARY:
+            vary = True
+        elif best in (_BPARAM, _BTOKEN):
+            vary = not any(s == _BPARAM for s, _ in ms)
+        else:
+            vary = best == _PTOKEN and not any(s == _PPARAM for s, _ in ms)
+        labels = [lbl for s, lbl in sorted(ms, key=lambda m: m[0]) if lbl and s != _FIXED]
+        strength[root] = (vary, labels[0] if labels else "D")
+    # derived classes: out = step(in); a class derived twice, or derived and marked, stays fixed
+    derived_of: dict = {}
+    for out, inp, step in f.derived:
+        ro, ri = f.find(out), f.find(inp)
+        if ro in derived_of and derived_of[ro] != (ri, step):
+            derived_of[ro] = None
+        else:
+            derived_of.setdefault(ro, (ri, step))
+    changed = True
+    while changed:
+        changed = False
+        for ro, d in derived_of.items():
+            if d is None:
+                continue
+            ri, _ = d
+            marked_fixed = any(s == _FIXED for k in classes[ro] for s, _ in f.marks.get(k, []))
+            if marked_fixed and strength[ri][0]:
+                strength[ri] = (False, strength[ri][1])
+                changed = True
+    for ro, d in list(derived_of.items()):
+        if d is None:
+            continue
+    # a symbol needs a bound input or output carrying it directly
+    bound_set = set(bound)
+    for root, keys in classes.items():
+        if strength[root][0] and not any(k[0] in bound_set for k in keys) and root not in derived_of:
+            strength[root] = (False, strength[root][1])
+    # name the symbols
+    names: dict = {}
+    used: dict = {}
+    for root in sorted(classes):
+        if strength[root][0] and derived_of.get(root) is None:
+            label = strength[root][1]
+            used[label] = used.get(label, 0) + 1
+            names[root] = label if used[label] == 1 else f"{label}{used[label]}"
+    # rename clashes: the first of a label keeps it only if no later one exists with a number
+    symbols = {}
+    for root, n in names.items():
+        u, i = root
+        symbols[n] = graph.tensor(u).dims[i]
+
+    def dim_of(key):
+        root = f.find(key)
+        if root in names:
+            return names[root]
+        d = derived_of.get(root)
+        if d is not None:
+            chain, ri = [d[1]], d[0]
+            while ri not in names and derived_of.get(ri) is not None:
+                chain.append(derived_of[ri][1])
+                ri = derived_of[ri][0]
+            if ri in names:
+                return Derived(names[ri], tuple(reversed(chain)))
+        return graph.tensor(key[0]).dims[key[1]]
+
+    dims = {t.uid: tuple(dim_of((t.uid, i)) for i in range(len(t.dims))) for t in graph.tensors}
+    built = {t.uid: tuple(int(d) for d in t.dims) for t in graph.tensors}
+    return ShapeSpec(dims, built, tuple(bound), symbols, orders)
