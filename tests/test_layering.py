@@ -14,6 +14,7 @@ from harness import REPO
 LAYERS = {
     "hipdnn_iree": 0,                  # the public surface (__init__ re-exports)
     "hipdnn_iree.cli": 0,              # the command line: a user of the public API
+    "hipdnn_iree.cudnn": 0,            # cuDNN FE's Python API: a user of the public API
     "hipdnn_iree.frontend": 1,
     "hipdnn_iree.backend": 2,
     "hipdnn_iree.plugins": 3,

@@ -1,0 +1,857 @@
+"""``cudnn.pygraph`` over ``hd.Graph``: cuDNN FE's op methods, keyword names and semantics.
+
+Every op call becomes one or more ``hd.Graph`` calls at once; the facade keeps only what cuDNN's
+semantics need on top: which tensors are pass-by-value (their values are read at every execute),
+which output strides the caller left unset (cuDNN's defaults are applied before validation),
+and how variant-pack buffers bind (by address, as cuDNN binds device pointers).
+"""
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+from contextlib import contextmanager
+
+import numpy as np
+
+from hipdnn_iree.cudnn import _enums as E
+from hipdnn_iree.cudnn._enums import cudnnGraphNotSupportedError
+from hipdnn_iree.cudnn._handle import Handle, check, create_handle, sync_stream
+from hipdnn_iree.frontend.graph import Graph
+from hipdnn_iree.frontend.tensor import TensorAttributes
+from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
+from hipdnn_iree.plugin_sdk.types import DataType, PointwiseMode
+
+_DEFAULT = {}
+
+
+def _default_handle() -> Handle:
+    if "h" not in _DEFAULT:
+        _DEFAULT["h"] = create_handle()
+    return _DEFAULT["h"]
+
+
+def _translate(fn):
+    """NOT_SUPPORTED from below surfaces as cudnnGraphNotSupportedError (still an hd.HipdnnError)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except cudnnGraphNotSupportedError:
+            raise
+        except HipdnnError as e:
+            from hipdnn_iree.cudnn._handle import _LAST_ERROR
+            _LAST_ERROR[0] = e.message
+            if e.status == Status.NOT_SUPPORTED:
+                raise cudnnGraphNotSupportedError(e.message) from None
+            raise
+    return wrapper
+
+
+def _unsupported(what: str):
+    raise cudnnGraphNotSupportedError(what)
+
+
+class tensor:
+    """A graph tensor (cuDNN FE's ``cudnn.tensor``): setters chain and return the tensor."""
+
+    def __init__(self, graph: "pygraph", hd_tensor: TensorAttributes | None, pass_by_value=False, dims=None,
+                 strides=None, dtype=DataType.FLOAT, name=None):
+        self._g = graph
+        self._t = hd_tensor
+        self._pbv = pass_by_value
+        self._pbv_spec = (dims, strides, dtype, name)   # a pass-by-value tensor becomes an hd input on first use
+        self._stride_set = hd_tensor is not None and hd_tensor._stride is not None
+
+    def _hd(self) -> TensorAttributes:
+        if self._t is None:
+            dims, strides, dtype, name = self._pbv_spec
+            self._t = self._g._hd.tensor(name=name, dim=dims, stride=strides, data_type=dtype)
+            if self._uid is not None:
+                self._t.set_uid(self._uid)
+            self._g._by_hd[id(self._t)] = self
+        return self._t
+
+    _uid = None
+
+    # -- setters ---------------------------------------------------------------------------
+    def set_output(self, is_output=True):
+        self._hd().set_output(is_output)
+        return self
+
+    def set_is_virtual(self, is_virtual=True):
+        self._hd().set_is_virtual(is_virtual)
+        return self
+
+    def set_dim(self, dim):
+        self._hd().set_dim([int(d) for d in dim])
+        return self
+
+    def set_stride(self, stride):
+        self._hd().set_stride([int(s) for s in stride])
+        self._stride_set = True
+        return self
+
+    def set_data_type(self, data_type):
+        self._hd().set_data_type(E.to_hd_type(data_type, f"tensor '{self.get_name()}': data_type"))
+        return self
+
+    def set_name(self, name):
+        if self._t is None:
+            self._pbv_spec = self._pbv_spec[:3] + (str(name),)
+        else:
+            self._t.set_name(name)
+        return self
+
+    def set_uid(self, uid):
+        if self._t is None:
+            self._uid = int(uid)
+        else:
+            self._t.set_uid(uid)
+        return self
+
+    def set_is_pass_by_value(self, value=True):
+        if bool(value) != self._pbv:
+            raise HipdnnError(Status.BAD_PARAM, f"tensor '{self.get_name()}': declare pass-by-value at "
+                                                "graph.tensor(is_pass_by_value=...)")
+        return self
+
+    # -- getters ---------------------------------------------------------------------------
+    def get_name(self):
+        return self._pbv_spec[3] if self._t is None else self._t.get_name()
+
+    def get_uid(self):
+        return self._uid if self._t is None else self._t.get_uid()
+
+    def get_dim(self):
+        return list(self._pbv_spec[0]) if self._t is None else self._t.get_dim()
+
+    def get_stride(self):
+        return list(self._pbv_spec[1]) if self._t is None else self._t.get_stride()
+
+    def get_data_type(self):
+        dt = self._pbv_spec[2] if self._t is None else self._t.get_data_type()
+        return E._CUDNN_TYPE.get(dt, E.data_type.NOT_SET)
+
+    def get_is_virtual(self):
+        return False if self._t is None else self._t.get_is_virtual()
+
+    def get_is_pass_by_value(self):
+        return self._pbv
+
+    def __repr__(self):
+        return f"cudnn.tensor(name={self.get_name()!r}, dim={self.get_dim()}, stride={self.get_stride()}, " \
+               f"data_type={self.get_data_type()}, pass_by_value={self._pbv})"
+
+
+def _list(v, what):
+    if v is None:
+        return None
+    try:
+        return [int(x) for x in v]
+    except TypeError:
+        raise HipdnnError(Status.BAD_PARAM, f"{what} must be a list of ints, got {v!r}") from None
+
+
+def _nhwc_strides(dims):
+    if len(dims) < 3:
+        return _packed(dims)
+    order = [0] + list(range(2, len(dims))) + [1]   # slowest .. fastest
+    return _strides_in_order(dims, order)
+
+
+def _packed(dims):
+    out, acc = [0] * len(dims), 1
+    for a in reversed(range(len(dims))):
+        out[a], acc = acc, acc * max(int(dims[a]), 1)
+    return out
+
+
+def _strides_in_order(dims, order):
+    out, acc = [0] * len(dims), 1
+    for a in reversed(order):
+        out[a], acc = acc, acc * max(int(dims[a]), 1)
+    return out
+
+
+def _order_of(strides):
+    """Axes slowest to fastest (ties: the earlier axis is slower), as cuDNN reads a stride order."""
+    return sorted(range(len(strides)), key=lambda a: (-strides[a], a))
+
+
+_UNARY = {"abs": "ABS", "ceil": "CEIL", "floor": "FLOOR", "exp": "EXP", "log": "LOG", "neg": "NEG",
+          "rsqrt": "RSQRT", "reciprocal": "RECIPROCAL", "sqrt": "SQRT", "sin": "SIN", "cos": "COS", "tan": "TAN",
+          "erf": "ERF", "identity": "IDENTITY", "sigmoid": "SIGMOID_FWD", "tanh": "TANH_FWD", "gelu": "GELU_FWD",
+          "gelu_approx_tanh": "GELU_APPROX_TANH_FWD", "logical_not": "LOGICAL_NOT"}
+_BINARY_AB = {"add": "ADD", "sub": "SUB", "mul": "MUL", "div": "DIV", "add_square": "ADD_SQUARE",
+              "logical_and": "LOGICAL_AND", "logical_or": "LOGICAL_OR"}
+_BINARY_01 = {"max": "MAX_OP", "min": "MIN_OP", "pow": "POW", "mod": "MOD"}
+_CMP = {"cmp_eq": "CMP_EQ", "cmp_neq": "CMP_NEQ", "cmp_gt": "CMP_GT", "cmp_ge": "CMP_GE", "cmp_lt": "CMP_LT",
+        "cmp_le": "CMP_LE"}
+
+
+class pygraph:
+    """cuDNN FE's ``cudnn.pygraph`` on this engine (an ``hd.Graph`` underneath, ``.hd_graph``)."""
+
+    def __init__(self, name="test_graph", io_data_type=None, intermediate_data_type=None, compute_data_type=None,
+                 handle=None, sm_count=None, sm_version=None, kernel_cache=None, device_property=None,
+                 is_dynamic_shape_enabled=False, is_override_shape_enabled=False, **kwargs):
+        if is_dynamic_shape_enabled or is_override_shape_enabled:
+            _unsupported("pygraph: dynamic / override shapes are not supported by this facade yet (build one "
+                         "graph per shape; builds of repeated shapes come from the compile cache)")
+        self._handle = check(handle) if handle is not None else None
+        self._hd = Graph(name=str(name), io_data_type=E.to_hd_type(io_data_type, "io_data_type"),
+                         intermediate_data_type=E.to_hd_type(intermediate_data_type, "intermediate_data_type"),
+                         compute_data_type=E.to_hd_type(compute_data_type, "compute_data_type"))
+        self._by_hd = {}                  # id(hd tensor) -> facade tensor
+        self._eps = []                    # (facade pass-by-value tensor, hd scalar constant) for baked scalars
+        self._pbv_bufs = {}               # uid -> buffer holding a pass-by-value input on the device
+        self._stride_rules = []           # (output facade tensor, "nhwc" | input facade tensor)
+        self._heur = None
+        self._policy = None
+        self._pending = False             # plans wait for the first execute (baked scalars unknown)
+        self._baked = None
+        self._restored = False
+
+    @property
+    def hd_graph(self) -> Graph:
+        return self._hd
+
+    # -- tensors ---------------------------------------------------------------------------
+    @_translate
+    def tensor(self, dim=None, stride=None, data_type=None, is_virtual=False, is_pass_by_value=False,
+               ragged_offset=None, reordering_type=None, name="", uid=-1, **kwargs):
+        if ragged_offset is not None:
+            _unsupported(f"tensor '{name}': ragged_offset (packed variable-length sequences) is not supported")
+        if reordering_type not in (None, E.tensor_reordering.NONE):
+            _unsupported(f"tensor '{name}': reordering_type {reordering_type} is not supported")
+        if dim is None:
+            raise HipdnnError(Status.BAD_PARAM, f"tensor '{name}': dim is required")
+        dims = _list(dim, f"tensor '{name}': dim")
+        strides = _list(stride, f"tensor '{name}': stride")
+        dtype = E.to_hd_type(data_type, f"tensor '{name}': data_type")
+        name = name or None
+        if is_pass_by_value:
+            if math.prod(dims) != 1:
+                raise HipdnnError(Status.BAD_PARAM, f"pass-by-value tensor '{name}': dims {dims} must hold one value")
+            t = tensor(self, None, True, dims, strides or _packed(dims),
+                       dtype if dtype != DataType.NOT_SET else DataType.FLOAT, name or f"pbv_{len(self._by_hd)}")
+            if uid is not None and uid >= 0:
+                t._uid = int(uid)
+            self._by_hd[id(t)] = t
+            return t
+        hdt = self._hd.tensor(name=name, uid=uid if uid is not None and uid >= 0 else None, dim=dims,
+                              stride=strides, data_type=dtype, is_virtual=is_virtual)
+        return self._wrap(hdt)
+
+    @_translate
+    def tensor_like(self, input, name=""):
+        """A tensor with ``input``'s dims, strides and type (a torch/numpy tensor or a graph tensor)."""
+        if isinstance(input, tensor):
+            return self.tensor(dim=input.get_dim(), stride=input.get_stride(), data_type=input.get_data_type(),
+                               is_pass_by_value=input._pbv, name=name or input.get_name() or "")
+        if hasattr(input, "stride") and callable(input.stride):     # torch
+            return self.tensor(dim=list(input.shape), stride=list(input.stride()), data_type=input.dtype, name=name)
+        if isinstance(input, np.ndarray):
+            item = input.itemsize
+            return self.tensor(dim=list(input.shape), stride=[s // item for s in input.strides],
+                               data_type=_np_to_cudnn(input.dtype), name=name)
+        raise HipdnnError(Status.BAD_PARAM, f"tensor_like: expected a torch/numpy tensor or a graph tensor, got "
+                                            f"{type(input).__name__}")
+
+    def _wrap(self, hdt):
+        if hdt is None:
+            return None
+        t = self._by_hd.get(id(hdt))
+        if t is None:
+            t = self._by_hd[id(hdt)] = tensor(self, hdt)
+        return t
+
+    def _in(self, x, what="input"):
+        if x is None or (isinstance(x, numbers.Real) and not isinstance(x, bool)):
+            return x
+        if isinstance(x, tensor):
+            if x._g is not self:
+                raise HipdnnError(Status.BAD_PARAM, f"{what} '{x.get_name()}' belongs to another graph")
+            return x._hd()
+        raise HipdnnError(Status.BAD_PARAM, f"{what} must be a tensor of this graph (or a number), got "
+                                            f"{type(x).__name__}")
+
+    def _scalar(self, x, what: str):
+        """A scalar whose value the plan bakes in (epsilon): a number, or a pass-by-value tensor whose
+        value is read at every execute (the plan is rebuilt, through the compile cache, when it changes)."""
+        if isinstance(x, tensor) and x._pbv:
+            c = self._hd.tensor(name=f"{x.get_name()}_value", value=1e-5)
+            self._eps.append((x, c))
+            return c
+        if isinstance(x, tensor):
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: pass a number or a pass-by-value tensor "
+                                                f"(is_pass_by_value=True), got tensor '{x.get_name()}'")
+        if isinstance(x, numbers.Real) and not isinstance(x, bool):
+            return float(x)
+        raise HipdnnError(Status.BAD_PARAM, f"{what}: expected a number or a pass-by-value tensor, got {x!r}")
+
+    @staticmethod
+    def _cdt(compute_data_type):
+        if compute_data_type is None:
+            return None
+        d = E.to_hd_type(compute_data_type, "compute_data_type")
+        return None if d == DataType.NOT_SET else d
+
+    # -- ops: convolution ------------------------------------------------------------------
+    def _conv_kw(self, padding, pre_padding, post_padding, stride, dilation):
+        if padding is not None and (pre_padding is not None or post_padding is not None):
+            raise HipdnnError(Status.BAD_PARAM, "conv: give padding or pre_padding/post_padding, not both")
+        return dict(padding=padding, pre_padding=pre_padding, post_padding=post_padding, stride=stride,
+                    dilation=dilation)
+
+    @staticmethod
+    def _conv_mode(kwargs):
+        mode = kwargs.pop("convolution_mode", None)
+        if mode is not None and str(mode).rsplit(".", 1)[-1].upper() not in ("CROSS_CORRELATION",):
+            _unsupported(f"conv: convolution_mode {mode} is not supported (cross-correlation only)")
+        if kwargs:
+            raise TypeError(f"unexpected keyword argument(s): {sorted(kwargs)}")
+
+    @_translate
+    def conv_fprop(self, image, weight, padding=None, stride=None, dilation=None, compute_data_type=None, name="",
+                   pre_padding=None, post_padding=None, **kwargs):
+        self._conv_mode(kwargs)
+        y = self._hd.conv_fprop(self._in(image, "image"), self._in(weight, "weight"),
+                                compute_data_type=self._cdt(compute_data_type), name=name or None,
+                                **self._conv_kw(padding, pre_padding, post_padding, stride, dilation))
+        out = self._wrap(y)
+        self._stride_rules.append((out, "nhwc"))
+        return out
+
+    @_translate
+    def conv_dgrad(self, loss, filter, padding=None, stride=None, dilation=None, compute_data_type=None, name="",
+                   pre_padding=None, post_padding=None, **kwargs):
+        self._conv_mode(kwargs)
+        dx = self._hd.conv_dgrad(self._in(loss, "loss"), self._in(filter, "filter"),
+                                 compute_data_type=self._cdt(compute_data_type), name=name or None,
+                                 **self._conv_kw(padding, pre_padding, post_padding, stride, dilation))
+        out = self._wrap(dx)
+        self._stride_rules.append((out, "nhwc"))
+        return out
+
+    @_translate
+    def conv_wgrad(self, image, loss, padding=None, stride=None, dilation=None, compute_data_type=None, name="",
+                   pre_padding=None, post_padding=None, **kwargs):
+        self._conv_mode(kwargs)
+        dw = self._hd.conv_wgrad(self._in(loss, "loss"), self._in(image, "image"),
+                                 compute_data_type=self._cdt(compute_data_type), name=name or None,
+                                 **self._conv_kw(padding, pre_padding, post_padding, stride, dilation))
+        out = self._wrap(dw)
+        self._stride_rules.append((out, "nhwc"))
+        return out
+
+    # -- ops: matmul -------------------------------------------------------------------------
+    @_translate
+    def matmul(self, A, B, compute_data_type=None, padding=0.0, name="", **kwargs):
+        if kwargs:
+            raise TypeError(f"matmul: unexpected keyword argument(s): {sorted(kwargs)}")
+        if padding not in (0, 0.0, None):
+            _unsupported(f"matmul: padding={padding!r} (the value ragged rows are padded with) is not supported")
+        return self._wrap(self._hd.matmul(self._in(A, "A"), self._in(B, "B"),
+                                          compute_data_type=self._cdt(compute_data_type), name=name or None))
+
+    # -- ops: pointwise ----------------------------------------------------------------------
+    def _pw(self, mode, a, b=None, c=None, compute_data_type=None, name="", **params):
+        y = self._hd.pointwise(self._in(a), self._in(b), self._in(c), mode=PointwiseMode[mode],
+                               compute_data_type=self._cdt(compute_data_type), name=name or None, **params)
+        return self._wrap(y)
+
+    @_translate
+    def pointwise(self, mode, input0, input1=None, input2=None, compute_data_type=None, name=""):
+        return self._pw(E.to_hd(PointwiseMode, mode, "pointwise mode").name if not isinstance(mode, E.pointwise_mode)
+                        else PointwiseMode(int(mode)).name, input0, input1, input2, compute_data_type, name)
+
+    @_translate
+    def bias(self, input, bias, compute_data_type=None, name=""):
+        return self._pw("ADD", input, bias, None, compute_data_type, name)
+
+    @_translate
+    def scale(self, input, scale, compute_data_type=None, name=""):
+        return self._pw("MUL", input, scale, None, compute_data_type, name)
+
+    @_translate
+    def relu(self, input, negative_slope=None, lower_clip=None, upper_clip=None, lower_clip_slope=None,
+             compute_data_type=None, name=""):
+        slope = negative_slope if negative_slope is not None else lower_clip_slope
+        return self._pw("RELU_FWD", input, None, None, compute_data_type, name, relu_lower_clip=lower_clip,
+                        relu_upper_clip=upper_clip, relu_lower_clip_slope=slope)
+
+    @_translate
+    def leaky_relu(self, input, negative_slope=0.01, compute_data_type=None, name=""):
+        return self._pw("RELU_FWD", input, None, None, compute_data_type, name, relu_lower_clip_slope=negative_slope)
+
+    @_translate
+    def elu(self, input, alpha=1.0, compute_data_type=None, name=""):
+        return self._pw("ELU_FWD", input, None, None, compute_data_type, name, alpha=alpha)
+
+    @_translate
+    def swish(self, input, swish_beta=1.0, compute_data_type=None, name=""):
+        return self._pw("SWISH_FWD", input, None, None, compute_data_type, name, beta=swish_beta)
+
+    @_translate
+    def softplus(self, input, softplus_beta=1.0, compute_data_type=None, name=""):
+        return self._pw("SOFTPLUS_FWD", input, None, None, compute_data_type, name, beta=softplus_beta)
+
+    @_translate
+    def gen_index(self, input, axis, compute_data_type=None, name=""):
+        return self._pw("GEN_INDEX", input, None, None, compute_data_type, name, axis=axis)
+
+    @_translate
+    def binary_select(self, input0, input1, mask, compute_data_type=None, name=""):
+        return self._pw("BINARY_SELECT", input0, input1, mask, compute_data_type, name)
+
+    # -- ops: reductions and normalizations -----------------------------------------------------
+    @_translate
+    def reduction(self, input, mode, compute_data_type=None, name=""):
+        y = self._hd.reduction(self._in(input), mode=E.to_hd(E.HD_REDUCTION, mode, "reduction mode"),
+                               compute_data_type=self._cdt(compute_data_type), name=name or None)
+        out = self._wrap(y)
+        self._stride_rules.append((out, "nhwc"))
+        return out
+
+    @_translate
+    def batchnorm_inference(self, input, mean, inv_variance, scale, bias, compute_data_type=None, name=""):
+        y = self._hd.batchnorm_inference(self._in(input), self._in(mean, "mean"), self._in(inv_variance, "inv_variance"),
+                                         self._in(scale, "scale"), self._in(bias, "bias"),
+                                         compute_data_type=self._cdt(compute_data_type), name=name or None)
+        out = self._wrap(y)
+        self._stride_rules.append((out, input))
+        return out
+
+    @_translate
+    def layernorm(self, norm_forward_phase, input, scale, bias, epsilon, compute_data_type=None, name="",
+                  zero_centered_gamma=False):
+        if zero_centered_gamma:
+            _unsupported("layernorm: zero_centered_gamma is not supported")
+        phase = E.to_hd(E.HD_PHASE, norm_forward_phase, "layernorm norm_forward_phase")
+        if phase == E.HD_PHASE.NOT_SET:
+            phase = E.HD_PHASE.INFERENCE
+        y, mean, inv = self._hd.layernorm(self._in(input), self._in(scale, "scale"), self._in(bias, "bias"),
+                                          epsilon=self._scalar(epsilon, "layernorm epsilon"), forward_phase=phase,
+                                          compute_data_type=self._cdt(compute_data_type), name=name or None)
+        out = self._wrap(y)
+        self._stride_rules.append((out, input))
+        return out, self._wrap(mean), self._wrap(inv)
+
+    @_translate
+    def rmsnorm(self, norm_forward_phase, input, scale, bias=None, epsilon=None, compute_data_type=None, name=""):
+        phase = E.to_hd(E.HD_PHASE, norm_forward_phase, "rmsnorm norm_forward_phase")
+        if phase == E.HD_PHASE.TRAINING:
+            _unsupported("rmsnorm: the TRAINING phase (an inv_variance output) is not lowered by this engine; "
+                         "use norm_forward_phase=INFERENCE")
+        if epsilon is None:
+            raise HipdnnError(Status.BAD_PARAM, "rmsnorm: epsilon is required")
+        y = self._hd.rmsnorm(self._in(input), self._in(scale, "scale"),
+                             epsilon=self._scalar(epsilon, "rmsnorm epsilon"),
+                             compute_data_type=self._cdt(compute_data_type), name=name or None)
+        if bias is not None:   # cuDNN's rmsnorm adds its bias after the scale: an ADD node here
+            y = self._hd.pointwise(y, self._in(bias, "bias"), mode=PointwiseMode.ADD,
+                                   compute_data_type=self._cdt(compute_data_type))
+        out = self._wrap(y)
+        self._stride_rules.append((out, input))
+        return out, None
+
+    # -- ops: attention ---------------------------------------------------------------------------
+    @_translate
+    def sdpa(self, q, k, v, attn_scale=None, bias=None, is_inference=None, generate_stats=None,
+             use_alibi_mask=False, use_padding_mask=False, seq_len_q=None, seq_len_kv=None, use_causal_mask=False,
+             use_causal_mask_bottom_right=False, sliding_window_length=None, dropout=None, rng_dump=None,
+             paged_attention_k_table=None, paged_attention_v_table=None, paged_attention_max_seq_len_kv=None,
+             compute_data_type=None, name="", **kwargs):
+        if kwargs:
+            raise TypeError(f"sdpa: unexpected keyword argument(s): {sorted(kwargs)}")
+        stats = generate_stats if generate_stats is not None else (is_inference is False)
+        if stats:
+            _unsupported("sdpa: Stats (softmax statistics for training, generate_stats=True / is_inference=False) "
+                         "are not lowered by this engine; use generate_stats=False (inference)")
+        for flag, what in ((use_alibi_mask, "use_alibi_mask"), (use_padding_mask, "use_padding_mask"),
+                           (sliding_window_length is not None, "sliding_window_length"),
+                           (dropout is not None, "dropout"), (rng_dump is not None, "rng_dump"),
+                           (paged_attention_k_table is not None or paged_attention_v_table is not None,
+                            "paged attention"), (seq_len_q is not None or seq_len_kv is not None, "seq_len_q/kv")):
+            if flag:
+                _unsupported(f"sdpa: {what} is not supported by this engine")
+        causal = bool(use_causal_mask)
+        if use_causal_mask_bottom_right:
+            qd, kd = q.get_dim(), k.get_dim()
+            if qd is None or kd is None or qd[2] != kd[2]:
+                _unsupported("sdpa: use_causal_mask_bottom_right with Sq != Skv is not supported (this engine aligns "
+                             "the causal mask top-left; the two agree only when Sq == Skv)")
+            causal = True
+        scale = attn_scale
+        if isinstance(scale, tensor):
+            scale = self._in(scale, "attn_scale")
+        elif scale is not None and not (isinstance(scale, numbers.Real) and not isinstance(scale, bool)):
+            raise HipdnnError(Status.BAD_PARAM, f"sdpa: attn_scale must be a number or a tensor, got {scale!r}")
+        o = self._hd.sdpa(self._in(q, "q"), self._in(k, "k"), self._in(v, "v"), attn_scale=scale, is_causal=causal,
+                          mask=self._in(bias, "bias"), compute_data_type=self._cdt(compute_data_type),
+                          name=name or None)
+        return self._wrap(o), None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def _apply_stride_rules(self):
+        """cuDNN's default output strides for outputs the caller left unset (conv and reduction
+        outputs channels-last; norms follow their input)."""
+        todo = [(t, rule) for t, rule in self._stride_rules
+                if not t._stride_set and t._t is not None and not t._t.get_is_virtual()]
+        if not todo:
+            return
+        self._hd.validate()
+        for t, rule in todo:
+            dims = t._t.get_dim()
+            if rule == "nhwc":
+                strides = _nhwc_strides(dims)
+            else:
+                src = rule.get_stride()
+                strides = _strides_in_order(dims, _order_of(src)) if len(src) == len(dims) else _packed(dims)
+            t._t._stride = strides           # NOTE: not set_stride: the rule may run again after a change
+        self._hd._reset_build()
+
+    def _reset_strides(self):
+        for t, _ in self._stride_rules:
+            if not t._stride_set and t._t is not None:
+                t._t._stride = None
+
+    @_translate
+    def validate(self):
+        self._reset_strides()
+        self._apply_stride_rules()
+        self._hd.validate()
+        return self
+
+    @_translate
+    def build_operation_graph(self, handle=None):
+        if not self._hd._validated:
+            self.validate()
+        self._hd.build_operation_graph(self._hd_handle(handle))
+        return self
+
+    def _hd_handle(self, handle=None):
+        h = check(handle) if handle is not None else (self._handle or _default_handle())
+        if self._handle is None:
+            self._handle = h
+        return h.hd
+
+    @_translate
+    def create_execution_plans(self, heur_modes=None):
+        modes = heur_modes if isinstance(heur_modes, (list, tuple)) else [heur_modes or E.heur_mode.A]
+        hd_modes = []
+        for m in modes:
+            if m == E.heur_mode.INSTANT:
+                m = E.heur_mode.A
+            hm = E.to_hd(E.HD_HEUR, m, "heur_mode")
+            if hm not in hd_modes:
+                hd_modes.append(hm)
+        self._heur = hd_modes
+        if self._hd._op_graph is None:
+            self.build_operation_graph()
+        self._hd.create_execution_plans(hd_modes)
+        return self
+
+    @_translate
+    def check_support(self):
+        self._hd.check_support()
+        return self
+
+    @_translate
+    def build_plans(self, policy=E.build_plan_policy.HEURISTICS_CHOICE):
+        self._policy = E.to_hd(E.HD_POLICY, policy, "build_plan_policy")
+        if self._eps:
+            self._pending = True     # the baked scalars' values come with the first execute
+            return self
+        self._hd.build_plans(self._policy)
+        return self
+
+    @_translate
+    def build_plan_at_index(self, index):
+        if self._eps:
+            self._pending = True
+            return self
+        self._hd.build_plan_at_index(index)
+        return self
+
+    @_translate
+    def build(self, heur_modes=None):
+        """No argument: validate and build the operation graph (cuDNN's ``build()``); with heuristic
+        modes: the whole pipeline up to built plans."""
+        self.validate().build_operation_graph()
+        if heur_modes is not None:
+            self.create_execution_plans(heur_modes).check_support().build_plans()
+        return self
+
+    def get_execution_plan_count(self):
+        return self._hd.get_execution_plan_count()
+
+    @_translate
+    def get_workspace_size(self):
+        if self._pending:
+            return 0
+        return self._hd.get_workspace_size()
+
+    def get_workspace_size_plan_at_index(self, index):
+        return 0
+
+    @_translate
+    def create_execution_plan(self, engine_id, knobs=None):
+        values = {}
+        for k, v in (knobs or {}).items():
+            name = k.name if isinstance(k, E.knob_type) else str(k)
+            if name not in E.ENGINE_KNOBS:
+                _unsupported(f"knob {k}: cuDNN kernel knobs have no meaning for IREE-compiled code; this engine's "
+                             f"knobs are {', '.join(E.ENGINE_KNOBS)}")
+            values[name] = v
+        self._hd.create_execution_plan(engine_id if engine_id is not None else "IREE_LINALG", values)
+        return self
+
+    def deselect_numeric_notes(self, notes):
+        return self
+
+    def deselect_behavior_notes(self, notes):
+        return self
+
+    def deselect_workspace_greater_than(self, size):
+        return self
+
+    def select_numeric_notes(self, notes):
+        return self
+
+    def select_behavior_notes(self, notes):
+        return self
+
+    # -- execution ------------------------------------------------------------------------------------
+    def _ensure_plans(self, values: dict):
+        """Bakes the pass-by-value scalars' values; (re)builds the plans when they changed."""
+        if not self._eps:
+            return
+        baked = []
+        for t, c in self._eps:
+            if t not in values:
+                raise HipdnnError(Status.BAD_PARAM, f"variant pack has no value for pass-by-value tensor "
+                                                    f"'{t.get_name()}' (uid {t.get_uid()})")
+            baked.append(values[t])
+        if baked == self._baked and not self._pending:
+            return
+        for (t, c), v in zip(self._eps, baked):
+            if not math.isfinite(v):
+                raise HipdnnError(Status.BAD_PARAM, f"pass-by-value tensor '{t.get_name()}': value {v} is not finite")
+            self._hd._check_mutable()
+            c._value = float(v)
+        heur, policy = self._heur, self._policy or E.HD_POLICY.HEURISTICS_CHOICE
+        self.validate()
+        self._hd.build_operation_graph(self._hd_handle())
+        self._hd.create_execution_plans(heur or [E.HD_HEUR.A])
+        self._hd.check_support()
+        self._hd.build_plans(policy)
+        self._baked, self._pending = baked, False
+
+    def _pack(self, variant_pack, hd_handle):
+        if not isinstance(variant_pack, dict):
+            raise HipdnnError(Status.BAD_PARAM, f"variant_pack must be a dict, got {type(variant_pack).__name__}")
+        by_uid = None
+        values, pack = {}, {}
+        for key, buf in variant_pack.items():
+            if key is None or buf is None:
+                continue        # NOTE: cuDNN code passes optional outputs that are None (Stats): skipped
+            if isinstance(key, tensor):
+                t = key
+            elif isinstance(key, numbers.Integral) and not isinstance(key, bool):
+                if by_uid is None:
+                    by_uid = {t.get_uid(): t for t in self._by_hd.values() if t.get_uid() is not None}
+                t = by_uid.get(int(key))
+                if t is None:
+                    pack[int(key)] = buf      # a restored plan's uid (or an unknown one: refused below)
+                    continue
+            else:
+                raise HipdnnError(Status.BAD_PARAM, f"variant pack key must be a graph tensor or a uid, got "
+                                                    f"{type(key).__name__}")
+            if t._pbv:
+                v = _scalar_value(buf, t)
+                values[t] = v
+                if t._t is not None:
+                    pack[t._t.get_uid()] = self._pbv_buffer(t, v, hd_handle)
+                continue
+            if t._t is None:
+                raise HipdnnError(Status.BAD_PARAM, f"tensor '{t.get_name()}' is not part of the graph")
+            pack[t._t.get_uid()] = _by_address(t._t, buf)
+        return values, pack
+
+    def _pbv_buffer(self, t, value, hd_handle):
+        """The pass-by-value tensor's one value in a buffer on the handle's device (made once)."""
+        uid = t._t.get_uid()
+        buf = self._pbv_bufs.get(uid)
+        dims = t._t.get_dim()
+        from hipdnn_iree.plugin_sdk.buffers import empty_aligned, numpy_dtype
+        dtype = numpy_dtype(int(t._t.get_data_type()))
+        if hd_handle.device in (None, "local-task", "local-sync"):
+            if buf is None:
+                buf = self._pbv_bufs[uid] = empty_aligned(dims, dtype)
+            buf.fill(value)
+            return buf
+        import torch
+        if buf is None:
+            tdt = getattr(torch, dtype.name if dtype.name != "bfloat16" else "bfloat16")
+            buf = self._pbv_bufs[uid] = torch.empty(dims, dtype=tdt, device="cuda")
+        buf.fill_(value)
+        return buf
+
+    @_translate
+    def execute(self, variant_pack, workspace=None, handle=None):
+        self._run(variant_pack, handle, None)
+
+    @_translate
+    def execute_plan_at_index(self, variant_pack, workspace=None, index=0, handle=None):
+        self._run(variant_pack, handle, index)
+
+    def _run(self, variant_pack, handle, index):
+        h = check(handle) if handle is not None else (self._handle or _default_handle())
+        values, pack = self._pack(variant_pack, h.hd)
+        if not self._restored:
+            self._ensure_plans(values)
+        if h.stream is not None:
+            sync_stream(h.stream)
+        if index is None:
+            self._hd.execute(h.hd, pack)
+        else:
+            self._hd.execute_plan_at_index(h.hd, pack, None, index)
+
+    # -- serialization -----------------------------------------------------------------------------------
+    @_translate
+    def serialize(self) -> bytes:
+        """The selected compiled plan (bytes; cuDNN returns a list of ints, ``bytes(...)`` of either works)."""
+        if self._pending:
+            raise HipdnnError(Status.NOT_INITIALIZED, "serialize: the plan bakes the pass-by-value epsilon's "
+                                                      "value, known at the first execute: execute once first, or "
+                                                      "pass epsilon as a Python float")
+        return self._hd.serialize_compiled_plan()
+
+    @_translate
+    def deserialize(self, handle_or_data, data=None):
+        """``deserialize(handle, data)`` or ``deserialize(data)`` (the graph's or the default handle)."""
+        if data is None:
+            handle, data = None, handle_or_data
+        else:
+            handle = handle_or_data
+        if isinstance(data, list):
+            data = bytes(data)
+        hd_handle = self._hd_handle(handle)
+        self._hd.deserialize_compiled_plan(hd_handle, data)
+        self._restored = True
+        return self
+
+    def get_compiled_plan_tensors(self):
+        return self._hd.get_compiled_plan_tensors()
+
+
+def _np_to_cudnn(dtype):
+    name = np.dtype(dtype).name
+    return E._TORCH_NAMES.get({"float32": "float32"}.get(name, name), None) or E.to_cudnn_type(None)
+
+
+def _scalar_value(buf, t) -> float:
+    try:
+        if isinstance(buf, numbers.Real) and not isinstance(buf, bool):
+            return float(buf)
+        n = buf.numel() if callable(getattr(buf, "numel", None)) else getattr(buf, "size", None)
+        if n == 1 and hasattr(buf, "item"):
+            return float(buf.item())
+    except (ValueError, TypeError, RuntimeError):
+        pass
+    raise HipdnnError(Status.BAD_PARAM, f"pass-by-value tensor '{t.get_name()}': expected a one-element tensor or "
+                                        f"a number, got {type(buf).__name__}")
+
+
+def _by_address(hdt: TensorAttributes, buf):
+    """``buf`` seen with the tensor's declared dims and strides from its first element, as cuDNN
+    binds a device pointer: any torch/numpy buffer whose memory covers the declared span."""
+    dims, strides = hdt._dim, hdt._stride
+    if dims is None or strides is None:
+        return buf
+    shape = getattr(buf, "shape", None)
+    if shape is None:
+        return buf
+    if hasattr(buf, "stride") and callable(buf.stride):            # torch
+        if list(buf.shape) == dims and list(buf.stride()) == strides:
+            return buf
+        span = 1 + sum((d - 1) * s for d, s in zip(dims, strides))
+        have = buf.untyped_storage().nbytes() // buf.element_size() - buf.storage_offset()
+        if span > have:
+            raise HipdnnError(Status.BAD_PARAM, f"tensor '{hdt.get_name()}' (uid {hdt.get_uid()}): the buffer holds "
+                                                f"{have} elements from its first one, the declared dims {dims} with "
+                                                f"strides {strides} span {span}")
+        return buf.as_strided(dims, strides)
+    if isinstance(buf, np.ndarray):
+        item = buf.itemsize
+        if list(buf.shape) == dims and [s // item for s in buf.strides] == strides:
+            return buf
+        span = 1 + sum((d - 1) * s for d, s in zip(dims, strides))
+        if not buf.flags.c_contiguous or buf.size < span:
+            raise HipdnnError(Status.BAD_PARAM, f"tensor '{hdt.get_name()}' (uid {hdt.get_uid()}): the buffer "
+                                                f"(shape {list(buf.shape)}) does not cover the declared dims {dims} "
+                                                f"with strides {strides} ({span} elements from its first one)")
+        return np.lib.stride_tricks.as_strided(buf, shape=dims, strides=[s * item for s in strides],
+                                               writeable=buf.flags.writeable)
+    return buf
+
+
+@contextmanager
+def graph(handle, name="cudnn_graph", io_data_type=E.data_type.HALF, intermediate_data_type=E.data_type.FLOAT,
+          compute_data_type=E.data_type.FLOAT, **graph_kwargs):
+    """``with cudnn.graph(handle) as (g, _):`` a pygraph with cuDNN's defaults (HALF io, FLOAT
+    intermediate and compute)."""
+    g = pygraph(handle=handle, name=name, io_data_type=io_data_type, intermediate_data_type=intermediate_data_type,
+                compute_data_type=compute_data_type, **graph_kwargs)
+    yield g, []
+
+
+def jit(heur_modes=E.heur_mode.A, **kwargs):
+    """Decorator: the function returns ``(graph, tensors)``; the graph is built with ``heur_modes``
+    (once) and the tensors come back as their UIDs."""
+    modes = heur_modes if isinstance(heur_modes, list) else [heur_modes]
+
+    def decorator(func):
+        @functools.wraps(func)
+        def wrapper(*args, **kw):
+            g, tensors = func(*args, **kw)
+            if g.get_execution_plan_count() <= 0:
+                g.build(modes)
+            return g, [t.get_uid() for t in tensors]
+        return wrapper
+    return decorator
+
+
+def _add_simple_ops():
+    def unary(mode):
+        def op(self, input, compute_data_type=None, name=""):
+            return self._pw(mode, input, None, None, compute_data_type, name)
+        return op
+
+    def binary_ab(mode):
+        def op(self, a, b, compute_data_type=None, name=""):
+            return self._pw(mode, a, b, None, compute_data_type, name)
+        return op
+
+    def binary_01(mode):
+        def op(self, input0, input1, compute_data_type=None, name=""):
+            return self._pw(mode, input0, input1, None, compute_data_type, name)
+        return op
+
+    def cmp(mode):
+        def op(self, input, comparison, compute_data_type=None, name=""):
+            return self._pw(mode, input, comparison, None, compute_data_type, name)
+        return op
+
+    for table, make in ((_UNARY, unary), (_BINARY_AB, binary_ab), (_BINARY_01, binary_01), (_CMP, cmp)):
+        for meth, mode in table.items():
+            fn = make(mode)
+            fn.__name__ = meth
+            fn.__doc__ = f"Pointwise {mode} (cuDNN FE's ``{meth}``)."
+            setattr(pygraph, meth, _translate(fn))
+
+
+_add_simple_ops()
