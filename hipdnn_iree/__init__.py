@@ -19,12 +19,13 @@ from hipdnn_iree.plugin_sdk.engine_config import BuildPlanPolicy, HeurMode, Knob
 from hipdnn_iree.backend.handle import Handle, create_handle
 from hipdnn_iree.frontend.tensor import TensorAttributes
 from hipdnn_iree.frontend.graph import Graph
+from hipdnn_iree.frontend.kernel_cache import KernelCache
 from hipdnn_iree.backend.planfile import load_plan, save_plan
 from hipdnn_iree.plugin_sdk.buffers import empty_aligned
 from hipdnn_iree import backend
 from hipdnn_iree.backend.plan import PlanTensor
 
 __all__ = [
-    "BuildPlanPolicy", "DataType", "Graph", "HeurMode", "Knob", "Handle", "HipdnnError", "NormFwdPhase", "PlanTensor", "PointwiseMode", "ReductionMode", "Status",
+    "BuildPlanPolicy", "DataType", "Graph", "HeurMode", "Knob", "Handle", "HipdnnError", "KernelCache", "NormFwdPhase", "PlanTensor", "PointwiseMode", "ReductionMode", "Status",
     "TensorAttributes", "__version__", "backend", "create_handle", "empty_aligned", "engine_id_from_name", "load_plan", "save_plan",
 ]

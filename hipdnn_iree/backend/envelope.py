@@ -73,6 +73,9 @@ class Envelope:
     signature: bytes = b""
     layout: str = LAYOUT_RFC
     payload_offset: int = -1          # where the payload starts in the envelope bytes
+    # hipDNN forks' slot 5 (third edition): the plan takes shapes other than the built ones.
+    # Written (true) only by override-shape plans; readers of the RFC's five fields ignore it.
+    is_override_shape_enabled: bool = False
 
 
 def signed_contents(env: Envelope) -> bytes:
@@ -128,12 +131,17 @@ def encode(env: Envelope, signing_key=None, fill_digest: bool = True) -> bytes:
                                                     "signs its own payload")
         p = _aligned_bytes(b, payload)
         u = _uids(b, env.tensor_uids)
-        b.StartObject(5)
+        # NOTE: slot 5 is the hipDNN forks' `is_override_shape_enabled: bool = false`
+        # (tests/data/hipdnn_envelope_override_flag.fbs); written only when true, as flatc's
+        # builders leave a default out.
+        b.StartObject(6 if env.is_override_shape_enabled else 5)
         b.PrependUint32Slot(0, env.version, 0)
         b.PrependInt64Slot(1, env.engine_id, 0)
         b.PrependInt64Slot(2, env.workspace_size, 0)
         b.PrependUOffsetTRelativeSlot(3, u, 0)
         b.PrependUOffsetTRelativeSlot(4, p, 0)
+        if env.is_override_shape_enabled:
+            b.PrependBoolSlot(5, True, False)
         b.Finish(b.EndObject())
         return bytes(b.Output())
     if fill_digest:
@@ -217,6 +225,10 @@ def _detect_layout(buf, version: int) -> str:
             not slot4 or _reads_as_byte_vector(buf, root, tbl_size, slot4)):
         return LAYOUT_ENGINE_CONFIG
     return LAYOUT_FORK_FIELDS
+
+
+def _table_size(buf, root: int) -> int:
+    return _vtable(buf)[1]
 
 
 class InPlace:
@@ -323,6 +335,9 @@ def decode(data, verify_key=None) -> Envelope:
     fields = dict(version=version, engine_id=scalar(1, "<q"), workspace_size=ws,
                   tensor_uids=struct.unpack_from(f"<{uids[1]}q", data, uids[0]),
                   plugin_payload=data[start:start + count], layout=layout, payload_offset=start)
+    if layout == LAYOUT_FORK_FIELDS and len(voffs) > 5 and voffs[5] and voffs[5] < _table_size(data, root):
+        # NOTE: the override-shape forks' bool in slot 5 (a fork with other fields there reads false)
+        fields["is_override_shape_enabled"] = data[root + voffs[5]] == 1
     if layout == LAYOUT_LEGACY_V2:
         for i, name in enumerate(_STRINGS):
             s = slot_vector(data, root, 5 + i)

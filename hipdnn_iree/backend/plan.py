@@ -62,6 +62,7 @@ class ExecutionPlanDescriptor:
     self_checked: bool = False                  # selfcheck.py: first execution compared already
     self_check_error: str | None = None         # selfcheck.py: the verdict of a failed comparison
     _serialized_memo: tuple | None = None        # (arguments, bytes) of the last size query: the fill reuses it
+    override_enabled: bool = False               # execute takes other shapes (envelope slot 5 when serialized)
 
     def get_attribute(self, attr: Attribute):
         attr = Attribute(attr)
@@ -91,7 +92,7 @@ class ExecutionPlanDescriptor:
             return self.engine_config
         raise HipdnnError(Status.NOT_SUPPORTED, f"attribute {attr.name} is not supported")
 
-    def execute(self, variant_pack: dict, workspace=None) -> None:
+    def execute(self, variant_pack: dict, workspace=None, overrides=None) -> None:
         if self.handle.device is None:
             raise HipdnnError(Status.NOT_INITIALIZED,
                               f"handle has no device (compile-only for target '{self.handle.target}'); "
@@ -102,12 +103,19 @@ class ExecutionPlanDescriptor:
             if have < need:
                 raise HipdnnError(Status.BAD_PARAM_SIZE_INSUFFICIENT,
                                   f"workspace of {have} bytes is smaller than the plan's {need} bytes")
-        check = self.handle.self_check and not self.self_checked and engine_name(self.handle, self.engine_id) != \
-            "NUMPY_REFERENCE"
+        if overrides is not None and not self.override_enabled:
+            raise HipdnnError(Status.BAD_PARAM, "execute: shape overrides given, but the plan was not built with "
+                                                "override shapes enabled")
+        # NOTE: the self-check compares at the built shapes; an override-shape plan skips it
+        check = self.handle.self_check and not self.self_checked and not self.override_enabled and \
+            engine_name(self.handle, self.engine_id) != "NUMPY_REFERENCE"
         if check or self.self_check_error is not None:
             from hipdnn_iree.backend import selfcheck as _selfcheck
             _selfcheck.before_execute(self)
-        self.plugin.execute_op_graph(self.context, variant_pack, workspace)
+        if self.override_enabled:
+            self.plugin.execute_op_graph(self.context, variant_pack, workspace, overrides=overrides or {})
+        else:
+            self.plugin.execute_op_graph(self.context, variant_pack, workspace)
         if check:
             _selfcheck.after_execute(self, variant_pack)
 
@@ -121,17 +129,37 @@ class ExecutionPlanDescriptor:
 
 
 def build_execution_plan(handle: Handle, engine_id: int, op_graph: bytes, tensor_uids,
-                         config: EngineConfig | None = None) -> ExecutionPlanDescriptor:
-    """Normal build path: engine config + graph + plugin -> finalized plan."""
+                         config: EngineConfig | None = None, dynamic: dict | None = None) -> ExecutionPlanDescriptor:
+    """Normal build path: engine config + graph + plugin -> finalized plan.
+
+    ``dynamic`` (a dynamic-shape build): ``{"shape_spec": JSON, "override": bool, "kernel_cache":
+    hd.KernelCache or None}``, handed to the engine as ``dynamic=``; an engine whose
+    ``create_execution_context`` does not take it cannot build dynamic plans (NOT_SUPPORTED)."""
     rm = handle.resource_manager
     plugin = rm.plugin_for(engine_id)
     if plugin is None:
         raise HipdnnError(Status.INTERNAL_ERROR, f"no loaded engine plugin serves engine id {engine_id}")
     ws = int(rm.call(plugin, "get_workspace_size", engine_id, op_graph))
     config = config or EngineConfig(engine_id, engine_name(handle, engine_id))
-    ctx = rm.call(plugin, "create_execution_context", engine_id, op_graph, config)
+    if dynamic is not None:
+        if not _takes_keyword(plugin.create_execution_context, "dynamic"):
+            raise HipdnnError(Status.NOT_SUPPORTED, f"engine {engine_name(handle, engine_id)} (plugin "
+                                                    f"{plugin_name(plugin)}) cannot build dynamic-shape plans")
+        ctx = rm.call(plugin, "create_execution_context", engine_id, op_graph, config, dynamic=dynamic)
+    else:
+        ctx = rm.call(plugin, "create_execution_context", engine_id, op_graph, config)
     return ExecutionPlanDescriptor(handle, engine_id, ws, tuple(sorted(tensor_uids)), plugin, ctx, config,
-                                   op_graph=bytes(op_graph))
+                                   op_graph=bytes(op_graph),
+                                   override_enabled=bool(dynamic is not None and dynamic.get("override")))
+
+
+def _takes_keyword(fn, name: str) -> bool:
+    import inspect
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 def _plan_info(plan_engine_id: int, workspace_size: int, tensor_uids, **extra) -> dict:
@@ -212,7 +240,8 @@ def _serialize(plan: ExecutionPlanDescriptor, signing_key=None, version: int = _
     finally:
         if serialized is not None:
             plugin.destroy_serialized_execution_context(serialized)
-    env = _envelope.Envelope(version, engine_id, plan.workspace_size, tuple(sorted(plan.tensor_uids)), payload_bytes)
+    env = _envelope.Envelope(version, engine_id, plan.workspace_size, tuple(sorted(plan.tensor_uids)), payload_bytes,
+                             is_override_shape_enabled=bool(plan.override_enabled and payload == "compiled"))
     return _envelope.encode(env)
 
 
@@ -308,13 +337,17 @@ def create_and_deserialize_execution_plan(handle: Handle, serialized_plan, verif
         raise HipdnnError(Status.BAD_PARAM, f"envelope tensor_uids {sorted(env.tensor_uids)} disagree with the "
                                             f"plan payload's {ctx_uids}")
     config = None
+    override = False
     if callable(getattr(plugin, "describe_context", None)):
         said = rm.call(plugin, "describe_context", ctx) or {}
         if said.get("engine_name"):
             config = EngineConfig(engine_id_from_name(said["engine_name"]), said["engine_name"],
                                   dict(said.get("knobs") or {}))
+        # NOTE: the payload decides (its module takes other shapes or not); the envelope's slot 5
+        # only tells hipDNN's forks, and a plan whose payload cannot take them is not made to
+        override = bool(said.get("override_shapes"))
     return ExecutionPlanDescriptor(handle, env.engine_id, env.workspace_size, env.tensor_uids, plugin, ctx,
-                                   engine_config=config, restored=True, envelope=env)
+                                   engine_config=config, restored=True, envelope=env, override_enabled=override)
 
 
 def _workspace_nbytes(workspace) -> int:

@@ -62,6 +62,9 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
         self._tensors: list[TensorAttributes] = []
         self._nodes: list[_Node] = []
         self._restored = False
+        self._dynamic = False          # compile with symbolic dims (set_dynamic_shape_enabled)
+        self._override = False         # execute at other shapes (set_override_shape_enabled)
+        self._kernel_cache = None      # hd.KernelCache shared by same-topology graphs
         self._reset_build()
 
     def _reset_build(self):
@@ -75,6 +78,7 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
         self._selected = 0
         self._plan: _backend.ExecutionPlanDescriptor | None = None   # the selected plan, once built
         self._preferred: int | None = getattr(self, "_preferred", None)
+        self._shape_spec = None                                    # lowering.dynamic.ShapeSpec once analyzed
 
     # -- state guards --------------------------------------------------------------
     def _check_mutable(self):
@@ -178,6 +182,69 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
                   "axis": None if axis is None else int(axis)}
         return self._add_node(OpKind.POINTWISE, name, compute_data_type,
                               {"in_0_uid": a, "in_1_uid": b, "in_2_uid": c}, ["out_0_uid"], params)[0]
+
+    # -- dynamic and override shapes (API.md, "Dynamic and override shapes") --------------
+    def set_dynamic_shape_enabled(self, enabled: bool = True):
+        """Compile with symbolic dims for the dims that may vary (docs/dynamic_shapes.md): one
+        module serves every batch size and sequence length. The plan itself still executes at
+        the graph's own dims unless override shapes are enabled too."""
+        self._check_mutable()
+        enabled = _flag(enabled, "set_dynamic_shape_enabled")
+        if not enabled and self._override:
+            raise HipdnnError(Status.BAD_PARAM, "set_dynamic_shape_enabled(False): override shapes are enabled and "
+                                                "need dynamic shapes; call set_override_shape_enabled(False) first")
+        if not enabled and self._kernel_cache is not None:
+            raise HipdnnError(Status.BAD_PARAM, "set_dynamic_shape_enabled(False): a kernel cache is set and needs "
+                                                "dynamic shapes; call set_kernel_cache(None) first")
+        self._dynamic = enabled
+        return self
+
+    def set_override_shape_enabled(self, enabled: bool = True):
+        """Let ``execute`` take shapes other than the built ones (``override_uids=`` /
+        ``override_shapes=`` / ``override_strides=``, or each buffer's own shape). Implies
+        dynamic shapes. The plan serializes with the envelope's ``is_override_shape_enabled``."""
+        self._check_mutable()
+        enabled = _flag(enabled, "set_override_shape_enabled")
+        self._override = enabled
+        if enabled:
+            self._dynamic = True
+        return self
+
+    def set_kernel_cache(self, kernel_cache):
+        """Share compiled modules with other graphs of this topology (``hd.KernelCache``); None
+        removes it. Implies dynamic shapes (the cached module must serve every shape)."""
+        from hipdnn_iree.frontend.kernel_cache import KernelCache
+        self._check_mutable()
+        if kernel_cache is not None and not isinstance(kernel_cache, KernelCache):
+            raise HipdnnError(Status.BAD_PARAM, f"set_kernel_cache: expected an hd.KernelCache or None, got "
+                                                f"{type(kernel_cache).__name__}")
+        self._kernel_cache = kernel_cache
+        if kernel_cache is not None:
+            self._dynamic = True
+        return self
+
+    def is_dynamic_shape_enabled(self) -> bool:
+        return self._dynamic
+
+    def is_override_shape_enabled(self) -> bool:
+        if self._restored and self._plan is not None:
+            return bool(getattr(self._plan, "override_enabled", False))
+        return self._override
+
+    def _dynamic_request(self):
+        """What a dynamic build hands the engine: the ShapeSpec (canonical JSON), whether the plan
+        takes override shapes, the kernel cache. None for a static build."""
+        if not self._dynamic:
+            return None
+        if self._shape_spec is None:
+            from lowering.dynamic import analyze
+            try:
+                self._shape_spec = analyze(self._desc)
+            except LoweringError as e:
+                status = Status.NOT_SUPPORTED if e.kind == "unsupported" else Status.BAD_PARAM
+                raise HipdnnError(status, f"graph '{self.name}': dynamic shapes: {e}") from None
+        return {"shape_spec": self._shape_spec.to_json(), "override": self._override,
+                "kernel_cache": self._kernel_cache}
 
     # -- lifecycle ---------------------------------------------------------------------
     def validate(self):
@@ -348,22 +415,32 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
     def get_execution_plan(self) -> _backend.ExecutionPlanDescriptor:
         return self._require_plan("get_execution_plan")
 
-    def execute(self, handle, variant_pack, workspace=None) -> None:
-        """Runs the selected plan; outputs are written into the caller's buffers."""
-        self._execute(self._require_plan("execute"), handle, variant_pack, workspace)
+    def execute(self, handle, variant_pack, workspace=None, override_uids=None, override_shapes=None,
+                override_strides=None) -> None:
+        """Runs the selected plan; outputs are written into the caller's buffers.
+
+        An override-shape plan (``set_override_shape_enabled``) runs at the shapes given for
+        ``override_uids`` (``override_shapes``, and optionally ``override_strides``: packed in the
+        plan's memory order) and at each other buffer's own shape; without them, at every
+        buffer's own shape. A shape the plan cannot take is BAD_PARAM naming the uid, the dim and
+        what the plan allows; outputs are then untouched.
+        """
+        plan = self._require_plan("execute")
+        overrides = _overrides(plan, override_uids, override_shapes, override_strides)
+        self._execute(plan, handle, variant_pack, workspace, overrides)
 
     def _require_handle(self, what: str):
         if self._handle is None:
             raise HipdnnError(Status.NOT_INITIALIZED, f"{what}: call build_operation_graph(handle) (or build) first")
         return self._handle
 
-    def _execute(self, plan, handle, variant_pack, workspace) -> None:
+    def _execute(self, plan, handle, variant_pack, workspace, overrides=None) -> None:
         _check_handle(handle)
         if handle is not plan.handle and (handle.device != plan.handle.device):
             raise HipdnnError(Status.BAD_PARAM_STREAM_MISMATCH,
                               f"plan was built for device {plan.handle.device!r} but execute got a handle for "
                               f"{handle.device!r}")
-        plan.execute(variant_pack, workspace)
+        plan.execute(variant_pack, workspace, overrides=overrides)
 
     # -- compiled-plan serialization (RFC 0009) ------------------------------------------
     def serialize_compiled_plan(self, signing_key=None, _envelope_version=None, *, payload="compiled") -> bytes:
@@ -530,6 +607,58 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
         g = graph_from_desc(desc, cls)
         g.validate()
         return g
+
+
+def _flag(v, what: str) -> bool:
+    if not isinstance(v, bool):
+        raise HipdnnError(Status.BAD_PARAM, f"{what}: expected True or False, got {v!r}")
+    return v
+
+
+def _int_list(v, what: str) -> tuple[int, ...]:
+    if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+        raise HipdnnError(Status.BAD_PARAM, f"{what} must be a list of ints, got {v!r}")
+    out = []
+    for x in v:
+        if isinstance(x, bool) or not isinstance(x, numbers.Integral) or not -2**63 <= x < 2**63:
+            raise HipdnnError(Status.BAD_PARAM, f"{what} must be a list of int64s, got {list(v)!r}")
+        out.append(int(x))
+    return tuple(out)
+
+
+def _overrides(plan, uids, shapes, strides):
+    """execute's override arguments as {uid: (dims, strides or None)}; None when none are given."""
+    if uids is None and shapes is None and strides is None:
+        return None
+    if not getattr(plan, "override_enabled", False):
+        raise HipdnnError(Status.BAD_PARAM, "execute: override_uids/override_shapes/override_strides given, but the "
+                                            "plan was not built with override shapes enabled (call "
+                                            "g.set_override_shape_enabled(True) before build)")
+    if uids is None or shapes is None:
+        raise HipdnnError(Status.BAD_PARAM, "execute: override_uids and override_shapes go together (one shape per uid)")
+    uids = _int_list(uids, "override_uids")
+    if isinstance(shapes, (str, bytes)) or not hasattr(shapes, "__len__") or len(shapes) != len(uids):
+        raise HipdnnError(Status.BAD_PARAM, f"execute: override_shapes must hold one shape per override uid "
+                                            f"({len(uids)}), got {shapes!r}")
+    if strides is not None and (isinstance(strides, (str, bytes)) or not hasattr(strides, "__len__")
+                                or len(strides) != len(uids)):
+        raise HipdnnError(Status.BAD_PARAM, f"execute: override_strides must hold one stride list per override uid "
+                                            f"({len(uids)}), got {strides!r}")
+    bound = set(plan.tensor_uids)
+    out = {}
+    for i, u in enumerate(uids):
+        if u not in bound:
+            raise HipdnnError(Status.BAD_PARAM, f"execute: override uid {u} is not a tensor the plan binds "
+                                                f"(uids {sorted(bound)})")
+        if u in out:
+            raise HipdnnError(Status.BAD_PARAM, f"execute: override uid {u} is given twice")
+        dims = _int_list(shapes[i], f"override_shapes[{i}] (uid {u})")
+        st = None if strides is None else _int_list(strides[i], f"override_strides[{i}] (uid {u})")
+        if st is not None and len(st) != len(dims):
+            raise HipdnnError(Status.BAD_PARAM, f"execute: uid {u}: override strides {list(st)} and shape "
+                                                f"{list(dims)} differ in rank")
+        out[u] = (dims, st)
+    return out
 
 
 def numpy_itemsize(data_type) -> int:

@@ -133,7 +133,8 @@ class PlanOps:
         slot = self._slot(index, "build_plan_at_index")
         if slot.plan is None:
             slot.plan = _backend.build_execution_plan(self._handle, slot.config.engine_id, self._op_graph,
-                                                      [t.uid for t in self._desc.bound_tensors()], slot.config)
+                                                      [t.uid for t in self._desc.bound_tensors()], slot.config,
+                                                      dynamic=self._dynamic_request())
             slot.error = None
         if self._plan is None and index == self._selected:
             self._plan = slot.plan

@@ -64,59 +64,134 @@ def applicable(op_graph: bytes, session: IreeSession | None = None) -> bool:
 
 
 def build(session: IreeSession, op_graph: bytes, knobs: dict, engine_name: str = "IREE_LINALG",
-          desc: GraphDesc | None = None, refusal: tuple = ("", _LOWERING_STATUS)) -> IreeExecutionContext:
+          desc: GraphDesc | None = None, refusal: tuple = ("", _LOWERING_STATUS), dynamic=None) -> IreeExecutionContext:
     """One context: a module per session target (FUSPLAN kind 3 when several), the one for the
     session's own target loaded on its device. ``refusal``: (what the graph is, lowering error kind ->
-    status) for the messages of graphs that cannot be lowered."""
+    status) for the messages of graphs that cannot be lowered. ``dynamic``: a dynamic-shape build
+    (backend/plan.py): the module takes symbolic dims; its kernel cache is asked before compiling."""
     desc = desc if desc is not None else decode(op_graph, session)
     summary = GraphSummary.of(desc)
     targets = session.targets or (session.target,)
+    spec = _spec(dynamic)
+    kc = (dynamic or {}).get("kernel_cache")
     if len(targets) == 1:
-        ctx = _build_one(session, targets[0], op_graph, desc, summary, knobs, refusal)
+        ctx = _build_one(session, targets[0], op_graph, desc, summary, knobs, refusal, spec, kc)
     else:
         # NOTE: each target compiles in its own child process (compile.py); threads just wait on them.
         workers = max(1, min(len(targets), os.cpu_count() or 1))
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            built = list(pool.map(lambda t: _build_one(session, t, op_graph, desc, summary, knobs, refusal), targets))
+            built = list(pool.map(lambda t: _build_one(session, t, op_graph, desc, summary, knobs, refusal, spec, kc),
+                                  targets))
         ctx = built[targets.index(session.target)]
         ctx.variants = tuple((c.target, c.vmfb, c.compiler_version) for c in built)
     ctx.engine_name, ctx.knobs = engine_name, dict(knobs)
+    ctx.shape_spec, ctx.override = spec, bool((dynamic or {}).get("override"))
     session.load(ctx)
     return ctx
 
 
+def _spec(dynamic):
+    if not dynamic:
+        return None
+    from lowering.dynamic import ShapeSpec
+    try:
+        return ShapeSpec.from_json(dynamic["shape_spec"])
+    except (LoweringError, KeyError, TypeError, ValueError) as e:
+        raise HipdnnError(Status.BAD_PARAM, f"IREE_LINALG: the dynamic build's shape spec is unreadable: {e}") from None
+
+
+def topology_key(desc: GraphDesc, spec) -> str:
+    """What a compiled dynamic module depends on, without the dims that may vary: the ops and their
+    attributes, every tensor's uid, type and role, bound tensors' fixed dims and memory order
+    (strides of strided views), scalar values. Graph, node and tensor names are left out."""
+    import hashlib
+    from dataclasses import replace as _replace
+    from lowering.layout import physical_layout
+    varying = {int(u): set(d) for u, d in spec.varying().items()}
+    tensors = []
+    for t in desc.tensors:
+        item = [t.uid, t.data_type, t.is_virtual, t.is_scalar, t.scalar_value if t.is_scalar else 0.0]
+        if not t.is_virtual and not t.is_scalar:
+            dims = [None if i in varying.get(t.uid, ()) else int(d) for i, d in enumerate(t.dims)]
+            try:
+                lay = physical_layout(t.dims, t.strides)
+                form = [list(lay.order), sorted(lay.bcast_axes), lay.is_dense]
+            except LoweringError:
+                form = None
+            if form is None or not form[2]:
+                form = [list(t.strides)]
+            item += [dims, form]
+        tensors.append(item)
+    nodes = [repr(_replace(n, name="")) for n in desc.nodes]
+    text = json.dumps([desc.io_data_type, desc.intermediate_data_type, desc.compute_data_type, tensors, nodes],
+                      default=repr, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _abi_at(abi: dict, desc: GraphDesc) -> dict:
+    """A kernel-cache module's ABI with this graph's own dims, strides and names (its module was
+    built from another graph of the same topology)."""
+    out = dict(abi)
+    out["tensors"] = [dict(t, dims=list(desc.tensor(int(t["uid"])).dims),
+                           strides=list(desc.tensor(int(t["uid"])).strides),
+                           name=desc.tensor(int(t["uid"])).name) for t in abi["tensors"]]
+    return out
+
+
 def _build_one(session: IreeSession, target: Target, op_graph: bytes, desc: GraphDesc, summary: GraphSummary,
-               knobs: dict, refusal: tuple) -> IreeExecutionContext:
+               knobs: dict, refusal: tuple, spec=None, kernel_cache=None) -> IreeExecutionContext:
     resolved = resolve(target, summary, knobs)
     flags = tuple(session.compile_flags) + resolved.flags
+    policy_key = resolved.policy.to_json()
+    kc_key = None
+    if spec is not None:
+        # NOTE: the shape spec is part of every key: a dynamic module is another module
+        policy_key += "\0shape_spec=" + spec.to_json()
+        if kernel_cache is not None:
+            kc_key = ("IREE_LINALG", topology_key(desc, spec), str(target), flags, resolved.policy.to_json())
+            got = kernel_cache.get(kc_key)
+            if got is not None:   # NOTE: compiled for another graph of this topology: nothing is lowered
+                abi = _abi_at(got.abi, desc)
+                return IreeExecutionContext(got.vmfb, abi, target, tensors_from_abi(abi),
+                                            dispatch_count=got.dispatch_count, mlir=got.mlir, compile_flags=got.flags,
+                                            compiler_version=got.compiler_version, policy=resolved.policy)
     store = _cache.resolve(session.cache)
-    key = store.key_for(op_graph, target, flags, resolved.policy.to_json()) if store is not None else None
+    key = store.key_for(op_graph, target, flags, policy_key) if store is not None else None
     hit = store.get(key) if store is not None else None
     if hit is not None:   # NOTE: a hit skips lowering and the compiler (neither is imported)
+        if kc_key is not None:
+            kernel_cache.put(kc_key, hit)
         return IreeExecutionContext(hit.vmfb, hit.abi, target, tensors_from_abi(hit.abi),
                                     dispatch_count=hit.dispatch_count, mlir=hit.mlir, compile_flags=hit.flags,
                                     compiler_version=hit.compiler_version or _cache.compiler_version_string(),
                                     policy=resolved.policy)
     from hipdnn_iree.plugins.iree_linalg.compile import compile_mlir, compiler_version, find_compiler
     find_compiler()   # NOT_SUPPORTED naming iree-base-compiler when it is missing (lowering verifies with it)
-    lowered = lower(desc, op_graph, resolved, refusal=refusal)
+    lowered = lower(desc, op_graph, resolved, refusal=refusal, shape_spec=spec)
     compiled = compile_mlir(lowered.mlir, target, flags)
     ctx = IreeExecutionContext(compiled.vmfb, lowered.abi, target, tensors_from_abi(lowered.abi),
                                dispatch_count=compiled.dispatch_count, mlir=lowered.mlir,
                                compile_flags=compiled.flags, compiler_version=compiler_version(),
                                policy=resolved.policy)
+    entry = _cache.CachedModule(compiled.vmfb, lowered.abi, compiled.dispatch_count, compiled.flags,
+                                lowered.mlir, ctx.compiler_version)
     if store is not None:
-        store.put(key, _cache.CachedModule(compiled.vmfb, lowered.abi, compiled.dispatch_count, compiled.flags,
-                                           lowered.mlir, ctx.compiler_version))
+        store.put(key, entry)
+    if kc_key is not None:
+        kernel_cache.put(kc_key, entry)
     return ctx
 
 
 def lower(desc: GraphDesc, op_graph: bytes, resolved: Resolved, verify: bool = True,
-          refusal: tuple = ("", _LOWERING_STATUS)):
-    """The graph's MLIR under ``resolved.policy``; lowering refusals as HipdnnErrors."""
+          refusal: tuple = ("", _LOWERING_STATUS), shape_spec=None):
+    """The graph's MLIR under ``resolved.policy`` (with symbolic dims where ``shape_spec`` lets
+    dims vary); lowering refusals as HipdnnErrors."""
     from lowering._lower import lower_graph
     what, statuses = refusal
     try:
+        if shape_spec is not None:
+            return lower_graph(desc, resolved.policy.target, verify=verify, graph_bytes=op_graph,
+                               policy=resolved.policy, shape_spec=shape_spec)
         return lower_graph(desc, resolved.policy.target, verify=verify, graph_bytes=op_graph, policy=resolved.policy)
     except LoweringError as e:
         status = statuses.get(e.kind, statuses.get("", Status.BAD_PARAM))

@@ -32,6 +32,8 @@ class IreeExecutionContext:
     policy: object = None            # built plans: the LoweringPolicy the module was lowered under
     engine_name: str = "IREE_LINALG"  # the engine config the plan was built with (travels in FUSPLAN)
     knobs: dict = field(default_factory=dict)
+    shape_spec: object = None        # dynamic plans: lowering.dynamic.ShapeSpec (which dims vary)
+    override: bool = False           # execute takes other shapes (plugin_sdk/shapes.py resolves them)
 
 
 def tensors_from_abi(abi: dict) -> list[BoundTensor]:

@@ -70,6 +70,25 @@ class PlanInfo:
         return {"engine_name": meta.engine_name, "knobs": knobs}
 
     @property
+    def shape_spec(self) -> dict | None:
+        """Override-shape plans: {"varying": {uid: [dims]}, "allowed": {uid: {dim: text}}}, else None."""
+        meta = getattr(self.fusplan, "metadata", None)
+        text = getattr(meta, "shape_spec", "") if meta is not None else ""
+        if not text:
+            return None
+        try:
+            from lowering.dynamic import ShapeSpec
+            spec = ShapeSpec.from_json(text)
+            varying = {int(u): sorted(int(d) for d in ds) for u, ds in spec.varying().items()}
+            allowed = {}
+            for t in self.tensors:
+                u = int(t.get("uid"))
+                allowed[u] = {i: spec.allowed(u, i) for i in range(len(t.get("dims", [])))}
+        except Exception as e:   # NOTE: inspect reports what it can; restore refuses an unreadable spec
+            return {"error": f"{type(e).__name__}: {e}", "json": text}
+        return {"varying": varying, "allowed": allowed}
+
+    @property
     def target(self) -> str:
         """The hipdnn-iree target string the plan was built for (``llvm-cpu:host``, ``rocm:gfx942``)."""
         return str(self.abi.get("target") or self.envelope.target_arch or "")
@@ -104,6 +123,8 @@ class PlanInfo:
                 "entries": self.entries},
             "graph": self.graph,
             "engine_config": self.engine_config,
+            "is_override_shape_enabled": bool(getattr(env, "is_override_shape_enabled", False)),
+            "shape_spec": self.shape_spec,
             "module": None if not self.vmfb else {
                 "vmfb_bytes": len(self.vmfb), "module_fb_bytes": self.module_fb_bytes, "entry": self.entry, "functions": self.functions,
                 "declaration": self.declaration, "abi": self.abi, "targets": self.targets,
@@ -242,6 +263,17 @@ def format_text(info: PlanInfo) -> str:
         cfg = d["engine_config"]
         out.append(f"engine config: {cfg['engine_name']}, knobs "
                    + (", ".join(f"{k}={v}" for k, v in sorted(cfg["knobs"].items())) or "none (the defaults)"))
+    spec = d.get("shape_spec")
+    if d.get("is_override_shape_enabled") or spec:
+        out.append(f"override shapes: enabled (envelope slot 5 is_override_shape_enabled = "
+                   f"{str(d.get('is_override_shape_enabled')).lower()})")
+        if spec and "varying" in spec:
+            for u, dims in sorted(spec["allowed"].items()):
+                vary = spec["varying"].get(u, [])
+                out.append(f"  uid {u}: " + ("; ".join(f"dim {i}: {a}" for i, a in sorted(dims.items()))
+                                             if vary else "all dims fixed"))
+        elif spec:
+            out.append(f"  shape spec unreadable: {spec['error']}")
     if head is not None:
         out.append(f"FUSPLAN: format {head['format_major']}.{head['format_minor']}, payload kind "
                    f"{head['payload_kind']} ({KIND_NAMES.get(head['payload_kind'], '?')}), header "

@@ -99,7 +99,9 @@ def serialize(ctx: IreeExecutionContext, plugin_version: str, plan_info=None) ->
         producer_version=str(info.get("producer_version", __version__)), compiler_version=",".join(compilers),
         target_device=devices[ctx.target.backend] if len(variants) == 1 else "",
         target_arch=",".join(str(v[0]) for v in variants),
-        engine_name=ctx.engine_name, engine_knobs=json.dumps(ctx.knobs, sort_keys=True, separators=(",", ":")))
+        engine_name=ctx.engine_name, engine_knobs=json.dumps(ctx.knobs, sort_keys=True, separators=(",", ":")),
+        # NOTE: only override-shape plans say which dims vary: a restored one takes other shapes
+        shape_spec=ctx.shape_spec.to_json() if ctx.shape_spec is not None and ctx.override else "")
     if len(variants) == 1:
         kind, body = _fusplan.KIND_IREE_VMFB, variants[0][1]
     else:
@@ -195,6 +197,14 @@ def restore_graph(session: IreeSession, plan, info: dict) -> IreeExecutionContex
     return ctx
 
 
+def _at_built(t, spec):
+    from dataclasses import replace
+    built = tuple(spec.built.get(t.uid, t.dims))
+    if built == tuple(t.dims) or len(built) != len(t.dims):
+        return t
+    return replace(t, dims=built, strides=tuple(spec.strides_for(t.uid, built)))
+
+
 def restore(session: IreeSession, serialized, plan_info=None) -> IreeExecutionContext:
     """Restores a FUSPLAN 1.0/1.1 payload. A memoryview payload (a mapped plan file) is imported
     in place: the module's bytes are not copied when they are 64-byte aligned (FORMATS.md)."""
@@ -264,6 +274,17 @@ def restore(session: IreeSession, serialized, plan_info=None) -> IreeExecutionCo
             if not isinstance(knobs, dict):
                 raise HipdnnError(Status.PLUGIN_ERROR, "FUSPLAN metadata engine_knobs is not a JSON object")
             ctx.knobs = knobs
+        if meta.shape_spec:
+            from lowering.dynamic import ShapeSpec
+            from lowering.graph_ir import LoweringError
+            try:
+                ctx.shape_spec = ShapeSpec.from_json(meta.shape_spec)
+            except (LoweringError, ValueError, KeyError, TypeError) as e:
+                raise HipdnnError(Status.PLUGIN_ERROR, f"FUSPLAN metadata shape_spec is unreadable: {e}") from None
+            ctx.override = True
+            # NOTE: the module may come from a kernel cache (built at another graph's dims): the
+            # plan's own dims are the spec's built dims
+            ctx.tensors = [_at_built(t, ctx.shape_spec) for t in ctx.tensors]
     if plan.payload_kind == _fusplan.KIND_MULTI_TARGET:
         comp = ctx.compiler_version
         ctx.variants = tuple((parse_target(t), v, comp) for t, v in variants_raw)

@@ -85,17 +85,20 @@ class IreeLinalgPlugin:
 
     # -- build, execute -------------------------------------------------------------------
     def create_execution_context(self, engine_id: int, op_graph: bytes, engine_config=None,
-                                 session=None) -> IreeExecutionContext:
+                                 session=None, dynamic=None) -> IreeExecutionContext:
+        """``dynamic``: a dynamic-shape build (``{"shape_spec", "override", "kernel_cache"}``,
+        backend/plan.py): one module with symbolic dims, shared through the kernel cache."""
         knobs = dict(getattr(engine_config, "knobs", None) or {})
-        return _build.build(_session(session), op_graph, knobs)
+        return _build.build(_session(session), op_graph, knobs, dynamic=dynamic)
 
     def destroy_execution_context(self, ctx: IreeExecutionContext) -> None:
         ctx.view_cache.clear()
         ctx.staging.clear()
         ctx.module = None
 
-    def execute_op_graph(self, ctx: IreeExecutionContext, variant_pack: dict, workspace=None) -> None:
-        _run.execute(ctx, variant_pack)
+    def execute_op_graph(self, ctx: IreeExecutionContext, variant_pack: dict, workspace=None,
+                         overrides=None) -> None:
+        _run.execute(ctx, variant_pack, overrides)
 
     # -- serialization hooks --------------------------------------------------------------
     def serialize_execution_context(self, ctx: IreeExecutionContext, engine_config=None, plan_info=None,
@@ -124,7 +127,8 @@ class IreeLinalgPlugin:
 
     def describe_context(self, ctx: IreeExecutionContext) -> dict:
         """What a built or restored plan says of itself (``EXECUTION_PLAN_ENGINE_CONFIG`` and ``inspect``)."""
-        return {"engine_name": ctx.engine_name, "knobs": dict(ctx.knobs), "target": str(ctx.target)}
+        return {"engine_name": ctx.engine_name, "knobs": dict(ctx.knobs), "target": str(ctx.target),
+                "override_shapes": bool(ctx.override)}
 
 
 def _tuning_folder(s: IreeSession) -> str | None:

@@ -96,7 +96,7 @@ def _remember(cache, key, bound) -> None:
         cache.popitem(last=False)
 
 
-def execute(ctx: IreeExecutionContext, variant_pack: dict) -> None:
+def execute(ctx: IreeExecutionContext, variant_pack: dict, overrides=None) -> None:
     """Runs the module on the caller's buffers.
 
     Every check (uids, dims, strides, dtypes, devices, aliasing) runs before IREE is invoked, so a
@@ -113,6 +113,8 @@ def execute(ctx: IreeExecutionContext, variant_pack: dict) -> None:
         raise HipdnnError(Status.NOT_INITIALIZED,
                           f"this handle has no device (compile-only, target '{ctx.target}'); create the "
                           "handle with a device to execute")
+    if ctx.override:
+        return _execute_override(ctx, mod, variant_pack, overrides)
     if not _VIEW_CACHE:
         return _run(ctx, mod, _bind(ctx, mod, variant_pack), variant_pack)
     cache = ctx.view_cache
@@ -130,6 +132,24 @@ def execute(ctx: IreeExecutionContext, variant_pack: dict) -> None:
             _remember(cache, key, bound)
     _run(ctx, mod, bound, variant_pack)
 
+def _execute_override(ctx: IreeExecutionContext, mod, variant_pack: dict, overrides) -> None:
+    """An override-shape plan: the call's dims (override shapes, else each buffer's own) checked
+    by the plan's ShapeSpec before anything runs; the module's symbolic dims take them from the
+    imported views. Bindings are remembered per pack and overrides, as for static plans."""
+    from hipdnn_iree.plugin_sdk.shapes import resolve_tensors
+    okey = tuple(sorted((u, tuple(d), None if s is None else tuple(s)) for u, (d, s) in (overrides or {}).items()))
+    key = _pack_key(variant_pack) if _VIEW_CACHE else None
+    key = None if key is None else (key, okey)
+    bound = ctx.view_cache.get(key) if key is not None else None
+    if bound is None:
+        tensors = resolve_tensors(ctx.shape_spec, ctx.tensors, variant_pack, overrides)
+        bound = _bind(ctx, mod, variant_pack, tensors)
+        if key is not None:
+            bound = replace(bound, keep=tuple(variant_pack.values()))
+            _remember(ctx.view_cache, key, bound)
+    _run(ctx, mod, bound, variant_pack)
+
+
 def _run(ctx: IreeExecutionContext, mod, bound: "_Bound", variant_pack: dict) -> None:
     if bound.device:
         synchronize_producers(list(variant_pack.values()))
@@ -143,42 +163,46 @@ def _run(ctx: IreeExecutionContext, mod, bound: "_Bound", variant_pack: dict) ->
         for dst, src in bound.copy_back:
             np.copyto(dst, src)
 
-def _bind(ctx: IreeExecutionContext, mod, variant_pack: dict) -> "_Bound":
-    """Checks the pack and imports its buffers (staging where IREE cannot use one in place)."""
-    n_out = sum(1 for t in ctx.tensors if t.role == "output")
+def _bind(ctx: IreeExecutionContext, mod, variant_pack: dict, tensors=None) -> "_Bound":
+    """Checks the pack and imports its buffers (staging where IREE cannot use one in place).
+    ``tensors``: the call's tensors (an override-shape call's dims), else the plan's."""
+    tensors = ctx.tensors if tensors is None else tensors
+    n_out = sum(1 for t in tensors if t.role == "output")
     if mod.is_host:
-        ins, outs = bind_variant_pack(ctx.tensors, variant_pack)
+        ins, outs = bind_variant_pack(tensors, variant_pack)
         copy_in, copy_back = [], []
         if all(_importable(a) for a in (*ins.values(), *outs.values())):
-            views = [mod.host_view(ins[t.uid] if t.role == "input" else outs[t.uid]) for t in ctx.tensors]
+            views = [mod.host_view(ins[t.uid] if t.role == "input" else outs[t.uid]) for t in tensors]
         else:
-            views, copy_in, copy_back = _stage(ctx, ins, outs)
+            views, copy_in, copy_back = _stage(ctx, ins, outs, tensors)
         return _Bound(mod.arg_list(views), n_out, tuple(copy_in), tuple(copy_back), False,
                       (tuple(variant_pack.values()), views))
-    dense = bind_device_pack(ctx.tensors, variant_pack, mod.device_uri.split("://", 1)[0])
+    dense = bind_device_pack(tensors, variant_pack, mod.device_uri.split("://", 1)[0])
     synchronize_producers(list(variant_pack.values()))
     try:
-        views = [mod.dlpack_view(dense[t.uid]) for t in ctx.tensors]
+        views = [mod.dlpack_view(dense[t.uid]) for t in tensors]
     except Exception as e:
         raise HipdnnError(Status.BAD_PARAM, f"IREE cannot import a device tensor of the variant pack: {e}") from None
     return _Bound(mod.arg_list(views), n_out, (), (), True, (tuple(variant_pack.values()), views))
 
-def _stage(ctx: IreeExecutionContext, ins: dict, outs: dict):
+def _stage(ctx: IreeExecutionContext, ins: dict, outs: dict, tensors=None):
     """Views for a CPU call with some buffers IREE cannot use in place (not 64-byte aligned,
     or read-only): those go through per-plan aligned staging arrays whose imported views
     are made once. Returns (views, [(staging, caller input)], [(caller output, staging)]): the
     copies every call makes before and after the invocation."""
     mod = ctx.module
     views, copy_in, copy_back = [], [], []
-    for t in ctx.tensors:
+    for t in (ctx.tensors if tensors is None else tensors):
         arr = ins[t.uid] if t.role == "input" else outs[t.uid]
         if _importable(arr):
             views.append(mod.host_view(arr))
             continue
-        staged = ctx.staging.get(t.uid)
+        # NOTE: override-shape plans stage each shape apart (a static plan has one shape per uid)
+        skey = (t.uid, arr.shape) if ctx.override else t.uid
+        staged = ctx.staging.get(skey)
         if staged is None:
             buf = empty_aligned(arr.shape, arr.dtype)
-            staged = ctx.staging[t.uid] = (buf, mod.host_view(buf))
+            staged = ctx.staging[skey] = (buf, mod.host_view(buf))
         buf, view = staged
         # NOTE: a strided output's run is read too (its other elements are written back as they were)
         if t.role == "input" or not t.layout.is_dense:

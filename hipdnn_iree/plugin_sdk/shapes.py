@@ -1,0 +1,71 @@
+"""Override shapes at execute time: the tensors a dynamic plan binds for one call.
+
+An engine whose plan takes other shapes (``ShapeSpec``, lowering/dynamic.py) asks
+:func:`resolve_tensors` for the call's tensors: the dims of every bound tensor, from the
+override shapes given for some uids and the buffers' own shapes for the others, checked by the
+spec (fixed dims, shared symbols, derived dims), with strides packed in the plan's memory order.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hipdnn_iree.plugin_sdk.buffers import BoundTensor
+from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
+
+
+def buffer_shape(obj):
+    """A buffer's logical shape (numpy, torch, DLPack tensors), or None when it has none."""
+    shape = getattr(obj, "shape", None)
+    if shape is None:
+        return None
+    try:
+        return tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        return None
+
+
+def resolve_tensors(spec, tensors: list[BoundTensor], variant_pack, overrides: dict | None) -> list[BoundTensor]:
+    """``tensors`` at this call's dims.
+
+    ``overrides``: {uid: (dims, strides or None)} (``execute(override_uids=...)``); every other
+    bound tensor takes its buffer's own shape. Strides are the plan's memory order packed at the
+    new dims (``spec.strides_for``); override strides that differ are BAD_PARAM (naming the uid),
+    as are shapes the spec refuses (naming the uid, the dim and what the plan allows).
+    """
+    from lowering.graph_ir import LoweringError
+    overrides = overrides or {}
+    shapes = {}
+    for t in tensors:
+        if t.uid in overrides:
+            dims = tuple(overrides[t.uid][0])
+        else:
+            obj = variant_pack.get(t.uid) if isinstance(variant_pack, dict) else None
+            dims = buffer_shape(obj) if obj is not None else None
+            if dims is None:
+                continue        # NOTE: missing buffers are reported by the binding, with the plan's uids
+        if len(dims) != len(t.dims):
+            src = "override shape" if t.uid in overrides else "buffer shape"
+            raise HipdnnError(Status.BAD_PARAM, f"tensor '{t.name}' (uid {t.uid}): {src} {list(dims)} has rank "
+                                                f"{len(dims)}; the plan's tensor has rank {len(t.dims)} "
+                                                f"(built dims {list(t.dims)})")
+        shapes[t.uid] = dims
+    try:
+        resolved = spec.resolve(shapes)
+    except LoweringError as e:
+        raise HipdnnError(Status.BAD_PARAM, f"execute: a shape this plan cannot take: {e}") from None
+    out = []
+    for t in tensors:
+        dims = tuple(int(d) for d in resolved.get(t.uid, t.dims))
+        if dims == tuple(t.dims):
+            strides = tuple(t.strides)
+        else:
+            strides = tuple(int(s) for s in spec.strides_for(t.uid, dims))
+        given = overrides.get(t.uid, (None, None))[1]
+        if given is not None and tuple(given) != strides:
+            want = strides
+            raise HipdnnError(Status.BAD_PARAM, f"tensor '{t.name}' (uid {t.uid}): override strides {list(given)} "
+                                                f"for dims {list(dims)}: this plan binds the tensor packed in its "
+                                                f"built memory order, strides {list(want)}")
+        out.append(t if dims == tuple(t.dims) and strides == tuple(t.strides) else
+                   replace(t, dims=dims, strides=strides))
+    return out
