@@ -24,6 +24,7 @@ from typing import ClassVar
 import flatbuffers
 
 from lowering._fbs import graph_generated as G
+from lowering._fbs import graph_tables as T
 
 # Graphs this project writes carry these bytes in the FlatBuffer file-identifier slot. hipDNN's
 # schema declares no file_identifier, so hipDNN's readers ignore them; this project uses them to
@@ -78,7 +79,8 @@ class OpKind(enum.IntEnum):
     MOE_GROUPED_MATMUL_BWD = _NA.MoeGroupedMatmulBwdAttributes
 
 
-TABLE_NAMES = {v: k for k, v in vars(_NA).items() if not k.startswith("_") and isinstance(v, int) and v}
+# NodeAttributes tag -> schema table name (lowering/_fbs/graph_tables.py, generated from graph.fbs)
+TABLE_NAMES = {i + 1: name for i, name in enumerate(T.UNIONS["NodeAttributes"])}
 
 ABSENT = -1  # uid of an optional input that is not connected
 
@@ -113,21 +115,75 @@ def f32(v: float) -> float:
 
 
 # ---------------------------------------------------------------------------
-# Op attributes. ``SPEC`` lists the schema table's fields in slot order as
-# ``(schema field, attribute name, type)``; ``_IN``/``_OUT`` name the tensor
-# fields in operand order. Types: uid (required tensor), uid? (optional, ABSENT),
-# i64/i32 (number), i64?/i32? (None when absent), f32? (NaN when absent),
-# bool, bool? (None when absent), u8 (enum), v64/v32 (int lists), vuid (uid
-# list), str, bytes.
+# Op attributes: one class per op, the op's one definition. The schema table's fields, their
+# slot order and their types come from graph.fbs (lowering/_fbs/graph_tables.py, generated);
+# the class says only what the schema cannot: ``RENAME`` (schema field -> attribute name, where
+# not the rule ``<x>_tensor_uid`` -> ``<x>_uid``), ``_IN``/``_OUT`` (tensor fields in operand
+# order), ``JSON_ENUMS`` (attribute -> plugin_sdk.types enum the JSON writes by name), its
+# dataclass fields (names, defaults) and ``unsupported()``. ``SPEC`` (schema field, attribute
+# name, type) is derived at class creation (:func:`schema_spec`). Types: uid (required tensor),
+# uid? (optional, ABSENT), i64/i32 (number), i64?/i32? (None when absent), f32? (NaN when
+# absent), bool, bool? (None when absent), u8 (enum), v64/v32 (int lists), vuid (uid list),
+# str, bytes.
 # ---------------------------------------------------------------------------
+
+
+def _attr_name(schema_field: str) -> str:
+    return schema_field[:-len("_tensor_uid")] + "_uid" if schema_field.endswith("_tensor_uid") else schema_field
+
+
+def _spec_type(typ: str, default, attr: str) -> str:
+    opt = default == "null"
+    if typ == "long":
+        return ("uid?" if opt else "uid") if attr.endswith("_uid") else ("i64?" if opt else "i64")
+    if typ == "int":
+        return "i32?" if opt else "i32"
+    if typ == "float":
+        return "f32?"
+    if typ == "bool":
+        return "bool?" if opt else "bool"
+    if typ in T.ENUMS:
+        return "u8"
+    if typ == "[long]":
+        return "vuid" if attr.endswith("_uids") else "v64"
+    try:
+        return {"[int]": "v32", "string": "str", "[ubyte]": "bytes"}[typ]
+    except KeyError:
+        raise TypeError(f"graph.fbs field type {typ!r} has no attribute type here") from None
+
+
+def schema_spec(kind: "OpKind", rename: dict) -> tuple:
+    """``(schema field, attribute name, type)`` of ``kind``'s schema table, in slot order."""
+    out = []
+    for fname, typ, default in T.TABLES[TABLE_NAMES[int(kind)]]:
+        name = rename.get(fname, _attr_name(fname))
+        out.append((fname, name, _spec_type(typ, default, name)))
+    return tuple(out)
+
+
+def schema_enum(kind: "OpKind", attr: str) -> str | None:
+    """The graph.fbs enum type of ``kind``'s attribute ``attr`` (None when not an enum)."""
+    cls = ATTRS_BY_KIND[kind]
+    for fname, name, _ in cls.SPEC:
+        if name == attr:
+            typ = dict((f, t) for f, t, _ in T.TABLES[TABLE_NAMES[int(kind)]])[fname]
+            return typ if typ in T.ENUMS else None
+    return None
 
 
 @dataclass(frozen=True)
 class _Attrs:
     KIND: ClassVar[OpKind]
+    RENAME: ClassVar[dict] = {}
+    JSON_ENUMS: ClassVar[dict] = {}
     SPEC: ClassVar[tuple]
     _IN: ClassVar[tuple[str, ...]]
     _OUT: ClassVar[tuple[str, ...]]
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if "KIND" in cls.__dict__:
+            cls.SPEC = schema_spec(cls.KIND, cls.RENAME)
 
     def __post_init__(self):
         for _, name, typ in self.SPEC:
@@ -165,13 +221,8 @@ class PointwiseAttrs(_Attrs):
     GEN_INDEX: the index along ``axis`` of each element of in_0's shape."""
 
     KIND: ClassVar[OpKind] = OpKind.POINTWISE
-    SPEC: ClassVar = (("operation", "operation", "u8"), ("relu_lower_clip", "relu_lower_clip", "f32?"),
-                      ("relu_upper_clip", "relu_upper_clip", "f32?"),
-                      ("relu_lower_clip_slope", "relu_lower_clip_slope", "f32?"),
-                      ("axis_tensor_uid", "axis", "i64?"), ("in_0_tensor_uid", "in_0_uid", "uid"),
-                      ("in_1_tensor_uid", "in_1_uid", "uid?"), ("in_2_tensor_uid", "in_2_uid", "uid?"),
-                      ("out_0_tensor_uid", "out_0_uid", "uid"), ("swish_beta", "swish_beta", "f32?"),
-                      ("elu_alpha", "elu_alpha", "f32?"), ("softplus_beta", "softplus_beta", "f32?"))
+    RENAME: ClassVar = {'axis_tensor_uid': 'axis'}
+    JSON_ENUMS: ClassVar = {"operation": "PointwiseMode"}
     _IN: ClassVar = ("in_0_uid", "in_1_uid", "in_2_uid")
     _OUT: ClassVar = ("out_0_uid",)
     operation: int
@@ -191,8 +242,6 @@ class PointwiseAttrs(_Attrs):
 @dataclass(frozen=True)
 class MatmulAttrs(_Attrs):
     KIND: ClassVar[OpKind] = OpKind.MATMUL
-    SPEC: ClassVar = (("a_tensor_uid", "a_uid", "uid"), ("b_tensor_uid", "b_uid", "uid"),
-                      ("c_tensor_uid", "c_uid", "uid"))
     _IN: ClassVar = ("a_uid", "b_uid")
     _OUT: ClassVar = ("c_uid",)
     a_uid: int
@@ -221,16 +270,9 @@ class _ConvAttrs(_Attrs):
         return None
 
 
-def _conv_spec(x: str, w: str, y: str) -> tuple:
-    return ((x[0], x[1], "uid"), (w[0], w[1], "uid"), (y[0], y[1], "uid"),
-            ("pre_padding", "pre_padding", "v64"), ("post_padding", "post_padding", "v64"),
-            ("stride", "stride", "v64"), ("dilation", "dilation", "v64"), ("conv_mode", "conv_mode", "u8"))
-
-
 @dataclass(frozen=True)
 class ConvFpropAttrs(_ConvAttrs):
     KIND: ClassVar[OpKind] = OpKind.CONV_FPROP
-    SPEC: ClassVar = _conv_spec(("x_tensor_uid", "x_uid"), ("w_tensor_uid", "w_uid"), ("y_tensor_uid", "y_uid"))
     _IN: ClassVar = ("x_uid", "w_uid")
     _OUT: ClassVar = ("y_uid",)
 
@@ -240,7 +282,7 @@ class ConvDgradAttrs(_ConvAttrs):
     """``y_uid`` is dy (input), ``x_uid`` is dx (output)."""
 
     KIND: ClassVar[OpKind] = OpKind.CONV_DGRAD
-    SPEC: ClassVar = _conv_spec(("dy_tensor_uid", "y_uid"), ("w_tensor_uid", "w_uid"), ("dx_tensor_uid", "x_uid"))
+    RENAME: ClassVar = {'dy_tensor_uid': 'y_uid', 'dx_tensor_uid': 'x_uid'}
     _IN: ClassVar = ("y_uid", "w_uid")
     _OUT: ClassVar = ("x_uid",)
 
@@ -250,7 +292,7 @@ class ConvWgradAttrs(_ConvAttrs):
     """``y_uid`` is dy and ``x_uid`` is x (inputs), ``w_uid`` is dw (output)."""
 
     KIND: ClassVar[OpKind] = OpKind.CONV_WGRAD
-    SPEC: ClassVar = _conv_spec(("x_tensor_uid", "x_uid"), ("dy_tensor_uid", "y_uid"), ("dw_tensor_uid", "w_uid"))
+    RENAME: ClassVar = {'dy_tensor_uid': 'y_uid', 'dw_tensor_uid': 'w_uid'}
     _IN: ClassVar = ("y_uid", "x_uid")
     _OUT: ClassVar = ("w_uid",)
 
@@ -260,8 +302,8 @@ class ReductionAttrs(_Attrs):
     """``is_deterministic``: honoured trivially (every reduction here is deterministic)."""
 
     KIND: ClassVar[OpKind] = OpKind.REDUCTION
-    SPEC: ClassVar = (("mode", "mode", "u8"), ("in_tensor_uid", "x_uid", "uid"), ("out_tensor_uid", "y_uid", "uid"),
-                      ("is_deterministic", "is_deterministic", "bool"))
+    RENAME: ClassVar = {'in_tensor_uid': 'x_uid', 'out_tensor_uid': 'y_uid'}
+    JSON_ENUMS: ClassVar = {"mode": "ReductionMode"}
     _IN: ClassVar = ("x_uid",)
     _OUT: ClassVar = ("y_uid",)
     mode: int
@@ -273,10 +315,6 @@ class ReductionAttrs(_Attrs):
 @dataclass(frozen=True)
 class BatchnormInferenceAttrs(_Attrs):
     KIND: ClassVar[OpKind] = OpKind.BATCHNORM_INFERENCE
-    SPEC: ClassVar = (("x_tensor_uid", "x_uid", "uid"), ("mean_tensor_uid", "mean_uid", "uid"),
-                      ("inv_variance_tensor_uid", "inv_variance_uid", "uid"),
-                      ("scale_tensor_uid", "scale_uid", "uid"), ("bias_tensor_uid", "bias_uid", "uid"),
-                      ("y_tensor_uid", "y_uid", "uid"))
     _IN: ClassVar = ("x_uid", "mean_uid", "inv_variance_uid", "scale_uid", "bias_uid")
     _OUT: ClassVar = ("y_uid",)
     x_uid: int
@@ -294,11 +332,8 @@ class LayernormAttrs(_Attrs):
     the same axes, or, for a scale of all 1s, names them."""
 
     KIND: ClassVar[OpKind] = OpKind.LAYERNORM
-    SPEC: ClassVar = (("x_tensor_uid", "x_uid", "uid"), ("scale_tensor_uid", "scale_uid", "uid"),
-                      ("bias_tensor_uid", "bias_uid", "uid"), ("epsilon_tensor_uid", "epsilon_uid", "uid"),
-                      ("y_tensor_uid", "y_uid", "uid"), ("normalized_dim_count", "normalized_dim_count", "i64"),
-                      ("mean_tensor_uid", "mean_uid", "uid?"),
-                      ("inv_variance_tensor_uid", "inv_variance_uid", "uid?"), ("forward_phase", "phase", "u8"))
+    RENAME: ClassVar = {'forward_phase': 'phase'}
+    JSON_ENUMS: ClassVar = {"phase": "NormFwdPhase"}
     _IN: ClassVar = ("x_uid", "scale_uid", "bias_uid", "epsilon_uid")
     _OUT: ClassVar = ("y_uid", "mean_uid", "inv_variance_uid")
     phase: int
@@ -318,10 +353,8 @@ class RmsnormAttrs(_Attrs):
     ``forward_phase`` NOT_SET (graphs written before this project wrote it) reads as INFERENCE."""
 
     KIND: ClassVar[OpKind] = OpKind.RMSNORM
-    SPEC: ClassVar = (("x_tensor_uid", "x_uid", "uid"), ("scale_tensor_uid", "scale_uid", "uid"),
-                      ("epsilon_tensor_uid", "epsilon_uid", "uid"), ("y_tensor_uid", "y_uid", "uid"),
-                      ("bias_tensor_uid", "bias_uid", "uid?"), ("inv_rms_tensor_uid", "inv_rms_uid", "uid?"),
-                      ("forward_phase", "phase", "u8"))
+    RENAME: ClassVar = {'forward_phase': 'phase'}
+    JSON_ENUMS: ClassVar = {"phase": "NormFwdPhase"}
     _IN: ClassVar = ("x_uid", "scale_uid", "epsilon_uid", "bias_uid")
     _OUT: ClassVar = ("y_uid", "inv_rms_uid")
     x_uid: int
@@ -353,28 +386,7 @@ class SdpaAttrs(_Attrs):
     constant, or a tensor bound at execute), not both; neither means ``1/sqrt(head_dim)``."""
 
     KIND: ClassVar[OpKind] = OpKind.SDPA
-    SPEC: ClassVar = (
-        ("q_tensor_uid", "q_uid", "uid"), ("k_tensor_uid", "k_uid", "uid"), ("v_tensor_uid", "v_uid", "uid"),
-        ("o_tensor_uid", "o_uid", "uid"), ("attn_mask_tensor_uid", "mask_uid", "uid?"),
-        ("scale_tensor_uid", "scale_uid", "uid?"), ("seq_len_q_tensor_uid", "seq_len_q_uid", "uid?"),
-        ("seq_len_kv_tensor_uid", "seq_len_kv_uid", "uid?"), ("seed_tensor_uid", "seed_uid", "uid?"),
-        ("offset_tensor_uid", "offset_uid", "uid?"), ("dropout_mask_tensor_uid", "dropout_mask_uid", "uid?"),
-        ("dropout_scale_tensor_uid", "dropout_scale_uid", "uid?"),
-        ("page_table_k_tensor_uid", "page_table_k_uid", "uid?"),
-        ("page_table_v_tensor_uid", "page_table_v_uid", "uid?"), ("block_mask_tensor_uid", "block_mask_uid", "uid?"),
-        ("sink_token_tensor_uid", "sink_token_uid", "uid?"), ("descale_q_tensor_uid", "descale_q_uid", "uid?"),
-        ("descale_k_tensor_uid", "descale_k_uid", "uid?"), ("descale_v_tensor_uid", "descale_v_uid", "uid?"),
-        ("descale_s_tensor_uid", "descale_s_uid", "uid?"), ("scale_s_tensor_uid", "scale_s_uid", "uid?"),
-        ("scale_o_tensor_uid", "scale_o_uid", "uid?"), ("stats_tensor_uid", "stats_uid", "uid?"),
-        ("max_tensor_uid", "max_uid", "uid?"), ("sum_exp_tensor_uid", "sum_exp_uid", "uid?"),
-        ("rng_dump_tensor_uid", "rng_dump_uid", "uid?"), ("amax_s_tensor_uid", "amax_s_uid", "uid?"),
-        ("amax_o_tensor_uid", "amax_o_uid", "uid?"), ("generate_stats", "generate_stats", "bool?"),
-        ("alibi_mask", "alibi_mask", "bool"), ("padding_mask", "padding_mask", "bool"),
-        ("causal_mask", "is_causal", "bool"), ("causal_mask_bottom_right", "causal_mask_bottom_right", "bool"),
-        ("dropout_probability", "dropout_probability", "f32?"), ("attn_scale_value", "attn_scale", "f32?"),
-        ("left_bound", "left_bound", "i64?"), ("right_bound", "right_bound", "i64?"),
-        ("max_seq_len_kv", "max_seq_len_kv", "i32?"), ("diagonal_alignment", "diagonal_alignment", "u8"),
-        ("mma_core_mode", "mma_core_mode", "u8"), ("implementation", "implementation", "u8"))
+    RENAME: ClassVar = {'attn_mask_tensor_uid': 'mask_uid', 'causal_mask': 'is_causal', 'attn_scale_value': 'attn_scale'}
     _IN: ClassVar = ("q_uid", "k_uid", "v_uid", "mask_uid", "scale_uid", "seq_len_q_uid", "seq_len_kv_uid",
                      "seed_uid", "offset_uid", "dropout_mask_uid", "dropout_scale_uid", "page_table_k_uid",
                      "page_table_v_uid", "block_mask_uid", "sink_token_uid", "descale_q_uid", "descale_k_uid",
@@ -436,8 +448,10 @@ class SdpaAttrs(_Attrs):
                 "attn_mask, attn_scale_value or scale_tensor_uid, and top-left causal masking)")
 
 
-def _generic(kind: OpKind, spec: tuple, outs: tuple[str, ...]) -> type[_Attrs]:
-    """An attributes class for a node type this project parses but does not lower."""
+def _generic(kind: OpKind, outs: tuple[str, ...], rename: dict | None = None) -> type[_Attrs]:
+    """An attributes class for a node type this project parses but does not lower: every field
+    from graph.fbs (:func:`schema_spec`), ``outs`` its output tensors, ``rename`` as RENAME."""
+    spec = schema_spec(kind, rename or {})
     defaults = {"uid": 0, "uid?": ABSENT, "i64": 0, "i32": 0, "i64?": None, "i32?": None, "f32?": math.nan,
                 "bool": False, "bool?": None, "u8": 0, "v64": (), "v32": (), "vuid": (), "str": "", "bytes": b""}
     types = {"uid": int, "uid?": int, "i64": int, "i32": int, "i64?": "int | None", "i32?": "int | None",
@@ -448,73 +462,28 @@ def _generic(kind: OpKind, spec: tuple, outs: tuple[str, ...]) -> type[_Attrs]:
     uids = [name for _, name, t in spec if t in ("uid", "uid?")]
     cls = dataclasses.make_dataclass(
         "".join(p.capitalize() for p in kind.name.split("_")) + "Attrs", fields, bases=(_Attrs,), frozen=True,
-        namespace={"KIND": kind, "SPEC": spec, "_IN": tuple(u for u in uids if u not in outs), "_OUT": outs,
-                   "__module__": __name__})
+        namespace={"KIND": kind, "RENAME": dict(rename or {}), "_IN": tuple(u for u in uids if u not in outs),
+                   "_OUT": outs, "__module__": __name__})
     cls.__annotations__.update({"KIND": ClassVar[OpKind], "SPEC": ClassVar, "_IN": ClassVar, "_OUT": ClassVar})
     return cls
 
 
-def _uid_spec(*names: str, opt=()) -> list:
-    return [(f"{n}_tensor_uid", f"{n}_uid", "uid?" if n in opt else "uid") for n in names]
-
-
-_GENERIC_SPECS = {
-    OpKind.BATCHNORM_BACKWARD: (
-        (*_uid_spec("dy", "x", "mean", "inv_variance", "scale", opt=("mean", "inv_variance")),
-         ("peer_stats_tensor_uid", "peer_stats_uids", "vuid"), *_uid_spec("dx", "dscale", "dbias")),
-        ("dx_uid", "dscale_uid", "dbias_uid")),
-    OpKind.BATCHNORM: (
-        (*_uid_spec("x", "scale", "bias", "epsilon"), ("peer_stats_tensor_uid", "peer_stats_uids", "vuid"),
-         *_uid_spec("prev_running_mean", "prev_running_variance", "momentum", "y", "mean", "inv_variance",
-                    "next_running_mean", "next_running_variance",
-                    opt=("prev_running_mean", "prev_running_variance", "momentum", "mean", "inv_variance",
-                         "next_running_mean", "next_running_variance"))),
-        ("y_uid", "mean_uid", "inv_variance_uid", "next_running_mean_uid", "next_running_variance_uid")),
-    OpKind.BATCHNORM_INFERENCE_VARIANCE_EXT: (
-        tuple(_uid_spec("x", "mean", "variance", "scale", "bias", "y", "epsilon")), ("y_uid",)),
-    OpKind.BLOCK_SCALE_DEQUANTIZE: (
-        (*_uid_spec("x", "scale", "y"), ("block_size", "block_size", "v32"),
-         ("is_negative_scale", "is_negative_scale", "bool")), ("y_uid",)),
-    OpKind.BLOCK_SCALE_QUANTIZE: (
-        (*_uid_spec("x", "y", "scale"), ("block_size", "block_size", "i32"), ("axis", "axis", "i64?"),
-         ("transpose", "transpose", "bool")), ("y_uid", "scale_uid")),
-    OpKind.SDPA_BACKWARD: (
-        (*_uid_spec("q", "k", "v", "o", "do", "stats", "dq", "dk", "dv"),
-         *_uid_spec("scale", "attn_mask", "seq_len_q", "seq_len_kv", "seed", "offset", "dropout_mask",
-                    "dropout_scale", "dropout_scale_inv", "dbias",
-                    opt=("scale", "attn_mask", "seq_len_q", "seq_len_kv", "seed", "offset", "dropout_mask",
-                         "dropout_scale", "dropout_scale_inv", "dbias")),
-         ("alibi_mask", "alibi_mask", "bool"), ("padding_mask", "padding_mask", "bool"),
-         ("causal_mask", "causal_mask", "bool"), ("causal_mask_bottom_right", "causal_mask_bottom_right", "bool"),
-         ("dropout_probability", "dropout_probability", "f32?"), ("attn_scale_value", "attn_scale_value", "f32?"),
-         ("left_bound", "left_bound", "i64?"), ("right_bound", "right_bound", "i64?"),
-         ("diagonal_alignment", "diagonal_alignment", "u8")),
-        ("dq_uid", "dk_uid", "dv_uid", "dbias_uid")),
-    OpKind.CUSTOM_OP: (
-        (("custom_op_id", "custom_op_id", "str"), ("input_tensor_uids", "input_uids", "vuid"),
-         ("output_tensor_uids", "output_uids", "vuid"), ("data", "data", "bytes")), ()),
-    OpKind.RMSNORM_BACKWARD: (
-        tuple(_uid_spec("dy", "x", "scale", "inv_rms", "dx", "dscale", "dbias", opt=("dbias",))),
-        ("dx_uid", "dscale_uid", "dbias_uid")),
-    OpKind.RESAMPLE_FWD: (
-        (*_uid_spec("x", "y", "index", opt=("index",)), ("pre_padding", "pre_padding", "v64"),
-         ("post_padding", "post_padding", "v64"), ("stride", "stride", "v64"), ("window", "window", "v64"),
-         ("resample_mode", "resample_mode", "u8"), ("padding_mode", "padding_mode", "u8"),
-         ("generate_index", "generate_index", "bool?")), ("y_uid", "index_uid")),
-    OpKind.LAYERNORM_BACKWARD: (
-        (*_uid_spec("dy", "x", "scale", "mean", "inv_variance", "epsilon", "dx", "dscale", "dbias",
-                    opt=("mean", "inv_variance", "epsilon")),
-         ("normalized_dim_count", "normalized_dim_count", "i64")), ("dx_uid", "dscale_uid", "dbias_uid")),
-    OpKind.RESAMPLE_BWD: (
-        (*_uid_spec("dy", "dx", "index", opt=("index",)), ("pre_padding", "pre_padding", "v64"),
-         ("post_padding", "post_padding", "v64"), ("stride", "stride", "v64"), ("window", "window", "v64"),
-         ("resample_mode", "resample_mode", "u8"), ("padding_mode", "padding_mode", "u8")), ("dx_uid",)),
-    OpKind.MOE_GROUPED_MATMUL: (
-        (*_uid_spec("token", "weight", "first_token_offset", "token_index", "token_ks", "output",
-                    opt=("token_index", "token_ks")),
-         ("mode", "mode", "u8"), ("top_k", "top_k", "i32")), ("output_uid",)),
-    OpKind.MOE_GROUPED_MATMUL_BWD: (
-        tuple(_uid_spec("doutput", "token", "first_token_offset", "dweight")), ("dweight_uid",)),
+# The node types parsed but not lowered: output tensors (and RENAME where the rule does not fit).
+_GENERIC = {
+    OpKind.BATCHNORM_BACKWARD: (("dx_uid", "dscale_uid", "dbias_uid"), {"peer_stats_tensor_uid": "peer_stats_uids"}),
+    OpKind.BATCHNORM: (("y_uid", "mean_uid", "inv_variance_uid", "next_running_mean_uid", "next_running_variance_uid"),
+                       {"peer_stats_tensor_uid": "peer_stats_uids"}),
+    OpKind.BATCHNORM_INFERENCE_VARIANCE_EXT: (("y_uid",),),
+    OpKind.BLOCK_SCALE_DEQUANTIZE: (("y_uid",),),
+    OpKind.BLOCK_SCALE_QUANTIZE: (("y_uid", "scale_uid"),),
+    OpKind.SDPA_BACKWARD: (("dq_uid", "dk_uid", "dv_uid", "dbias_uid"),),
+    OpKind.CUSTOM_OP: ((), {"input_tensor_uids": "input_uids", "output_tensor_uids": "output_uids"}),
+    OpKind.RMSNORM_BACKWARD: (("dx_uid", "dscale_uid", "dbias_uid"),),
+    OpKind.RESAMPLE_FWD: (("y_uid", "index_uid"),),
+    OpKind.LAYERNORM_BACKWARD: (("dx_uid", "dscale_uid", "dbias_uid"),),
+    OpKind.RESAMPLE_BWD: (("dx_uid",),),
+    OpKind.MOE_GROUPED_MATMUL: (("output_uid",),),
+    OpKind.MOE_GROUPED_MATMUL_BWD: (("dweight_uid",),),
 }
 
 LOWERED_KINDS = (OpKind.POINTWISE, OpKind.MATMUL, OpKind.CONV_FPROP, OpKind.CONV_DGRAD, OpKind.CONV_WGRAD,
@@ -525,8 +494,8 @@ ATTRS_BY_KIND: dict[OpKind, type[_Attrs]] = {
     for cls in (PointwiseAttrs, MatmulAttrs, ConvFpropAttrs, ConvDgradAttrs, ConvWgradAttrs,
                 ReductionAttrs, BatchnormInferenceAttrs, LayernormAttrs, RmsnormAttrs, SdpaAttrs)
 }
-for _kind, (_spec, _outs) in _GENERIC_SPECS.items():
-    ATTRS_BY_KIND[_kind] = _generic(_kind, _spec, _outs)
+for _kind, _args in _GENERIC.items():
+    ATTRS_BY_KIND[_kind] = _generic(_kind, *_args)
     globals()[ATTRS_BY_KIND[_kind].__name__] = ATTRS_BY_KIND[_kind]
 assert set(ATTRS_BY_KIND) == set(OpKind), set(OpKind) - set(ATTRS_BY_KIND)
 
@@ -798,20 +767,34 @@ def is_project_graph(data) -> bool:
 # -- decode -------------------------------------------------------------------------------
 from lowering._fbverify import SCALAR, VECTOR, FlatBufferError, check_table, table_vector  # noqa: E402
 
-_KIND = {"uid": (SCALAR, 8), "uid?": (SCALAR, 8), "i64": (SCALAR, 8), "i64?": (SCALAR, 8), "i32": (SCALAR, 4),
-         "i32?": (SCALAR, 4), "f32?": (SCALAR, 4), "bool": (SCALAR, 1), "bool?": (SCALAR, 1), "u8": (SCALAR, 1),
-         "v64": (VECTOR, 8), "vuid": (VECTOR, 8), "v32": (VECTOR, 4), "str": (VECTOR, 1), "bytes": (VECTOR, 1)}
-_GRAPH_FIELDS = [("name", VECTOR, 1), ("compute_data_type", SCALAR, 1), ("intermediate_data_type", SCALAR, 1),
-                 ("io_data_type", SCALAR, 1), ("tensors", VECTOR, 4), ("nodes", VECTOR, 4),
-                 ("preferred_engine_id", SCALAR, 8), ("is_override_shape_enabled", SCALAR, 1),
-                 ("min_required_engine_api_version", SCALAR, 12), ("id", SCALAR, 16)]
-_TENSOR_FIELDS = [("uid", SCALAR, 8), ("name", VECTOR, 1), ("data_type", SCALAR, 1), ("strides", VECTOR, 8),
-                  ("dims", VECTOR, 8), ("virtual", SCALAR, 1), ("value_type", SCALAR, 1), ("value", SCALAR, 4),
-                  ("is_runtime_pass_by_value", SCALAR, 1), ("ragged_offset_tensor_uid", SCALAR, 8),
-                  ("alignment", SCALAR, 8), ("ragged_offset_multiplier", SCALAR, 8)]
-_NODE_FIELDS = [("name", VECTOR, 1), ("compute_data_type", SCALAR, 1), ("attributes_type", SCALAR, 1),
-                ("attributes", SCALAR, 4)]
-_ATTR_FIELDS = {kind: [(fname, *_KIND[typ]) for fname, _, typ in cls.SPEC] for kind, cls in ATTRS_BY_KIND.items()}
+def _slot(typ: str) -> tuple[int, int]:
+    """(SCALAR or VECTOR, element size) of a graph.fbs field type, for the verifier."""
+    if typ.startswith("["):
+        elem = typ[1:-1]
+        return VECTOR, _SCALAR_SIZES.get(elem, T.ENUMS[elem][0] if elem in T.ENUMS else 4)
+    if typ == "string":
+        return VECTOR, 1
+    if typ in T.UNIONS or typ in T.TABLES:
+        return SCALAR, 4          # an offset
+    if typ in T.STRUCTS:
+        return SCALAR, T.STRUCTS[typ][0]
+    if typ in T.ENUMS:
+        typ = T.ENUMS[typ][0]
+    return SCALAR, _SCALAR_SIZES[typ]
+
+
+_SCALAR_SIZES = {"bool": 1, "byte": 1, "ubyte": 1, "short": 2, "ushort": 2, "int": 4, "uint": 4, "float": 4,
+                 "long": 8, "ulong": 8, "double": 8}
+
+
+def _fields(table: str) -> list:
+    return [(fname, *_slot(typ)) for fname, typ, _ in T.TABLES[table]]
+
+
+_GRAPH_FIELDS = _fields("Graph")
+_TENSOR_FIELDS = _fields("TensorAttributes")
+_NODE_FIELDS = _fields("Node")
+_ATTR_FIELDS = {kind: _fields(TABLE_NAMES[int(kind)]) for kind in ATTRS_BY_KIND}
 
 
 def _str(v) -> str:

@@ -23,8 +23,8 @@ def _sample_attrs(cls, uids, variant: int):
         if f.name in cls._IN or f.name in cls._OUT:
             optional = f.default is not dataclasses.MISSING
             kwargs[f.name] = ABSENT if optional and variant % 2 else next(uids)
-        elif (cls.KIND, f.name) in _graph_json._ENUM_FIELDS:
-            members = list(_graph_json._ENUM_FIELDS[(cls.KIND, f.name)])
+        elif _graph_json._json_enum(cls.KIND, f.name) is not None:
+            members = list(_graph_json._json_enum(cls.KIND, f.name))
             kwargs[f.name] = int(members[variant % len(members)])
         elif t in ("int | None", "bool | None") and variant % 2:
             kwargs[f.name] = None

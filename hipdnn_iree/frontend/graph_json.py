@@ -41,7 +41,8 @@ import math
 import numbers
 
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
-from hipdnn_iree.plugin_sdk.types import DataType, NormFwdPhase, PointwiseMode, ReductionMode
+from hipdnn_iree.plugin_sdk import types as _types
+from hipdnn_iree.plugin_sdk.types import DataType
 from lowering.graph_ir import ABSENT, ATTRS_BY_KIND, GraphDesc, NodeDesc, OpKind, TensorDesc
 
 FORMAT = "hipdnn-iree.graph"
@@ -49,8 +50,13 @@ FORMAT = "hipdnn-iree.graph"
 #          2 (2026-12-13) hipDNN's graph schema: hipDNN's attribute names (elu_alpha, swish_beta,
 #            relu clips ...), every hipDNN node type; version 1 documents are refused.
 FORMAT_VERSION = 2
-_ENUM_FIELDS = {(OpKind.POINTWISE, "operation"): PointwiseMode, (OpKind.REDUCTION, "mode"): ReductionMode,
-                (OpKind.LAYERNORM, "phase"): NormFwdPhase, (OpKind.RMSNORM, "phase"): NormFwdPhase}
+
+
+def _json_enum(kind: OpKind, name: str):
+    """The enum an op's attribute is written by name with (its attributes class's JSON_ENUMS), or None."""
+    enum = ATTRS_BY_KIND[kind].JSON_ENUMS.get(name)
+    return None if enum is None else getattr(_types, enum)
+
 _GRAPH_KEYS = {"format", "format_version", "name", "io_data_type", "intermediate_data_type", "compute_data_type",
                "tensors", "nodes"}
 
@@ -96,8 +102,8 @@ def desc_to_dict(desc: GraphDesc) -> dict:
             if f.name in cls._IN or f.name in cls._OUT:
                 if v != ABSENT:
                     (ins if f.name in cls._IN else outs)[f.name.removesuffix("_uid")] = int(v)
-            elif (n.kind, f.name) in _ENUM_FIELDS:
-                enum = _ENUM_FIELDS[(n.kind, f.name)]
+            elif _json_enum(n.kind, f.name) is not None:
+                enum = _json_enum(n.kind, f.name)
                 attrs[f.name] = enum(v).name if v in enum._value2member_map_ else int(v)
             elif v is None or isinstance(v, (bool, str)):
                 attrs[f.name] = v
@@ -232,8 +238,8 @@ def _node_desc(d, i: int, uids: set) -> NodeDesc:
         if f.name not in attrs:
             continue
         v, fw = attrs[f.name], f"{what}.attrs.{f.name}"
-        if (kind, f.name) in _ENUM_FIELDS:
-            kwargs[f.name] = _enum(_ENUM_FIELDS[(kind, f.name)], v, fw)
+        if _json_enum(kind, f.name) is not None:
+            kwargs[f.name] = _enum(_json_enum(kind, f.name), v, fw)
         elif f.type in ("int | None", "bool | None") and v is None:
             kwargs[f.name] = None
         elif f.type in ("bool", bool, "bool | None"):
