@@ -24,6 +24,8 @@ ENGINE_ID = engine_id_from_name(ENGINE_NAME)
 class ReferenceContext:
     graph: GraphDesc
     tensors: list[BoundTensor]
+    shape_spec: object = None      # dynamic builds: lowering.dynamic.ShapeSpec
+    override: bool = False         # execute takes other shapes (it just runs at them)
 
 
 def bound_tensors(g: GraphDesc) -> list[BoundTensor]:
@@ -34,19 +36,61 @@ def bound_tensors(g: GraphDesc) -> list[BoundTensor]:
 
 class RefEnv(dict):
     """Tensor values by uid, as the op references see them; ``dims(uid)`` gives any tensor's
-    declared logical dims (outputs included: some ops' output dims cannot be derived)."""
+    declared logical dims (outputs included: some ops' output dims cannot be derived).
 
-    def __init__(self, values: dict, graph: GraphDesc):
+    At override shapes (``built``: the graph as built) a virtual tensor's dims are not declared:
+    they follow from its producer's inputs as they did in the built graph (an axis that was the
+    input's stays the input's; an axis of 1 where the input's was larger stays 1)."""
+
+    def __init__(self, values: dict, graph: GraphDesc, built: GraphDesc | None = None):
         super().__init__(values)
         self.graph = graph
+        self.built = built
 
     def dims(self, uid: int) -> tuple[int, ...]:
-        return tuple(self.graph.tensor(uid).dims)
+        d = self.graph.tensor(uid).dims
+        if d is not None:
+            return tuple(d)
+        node = next(n for n in self.graph.nodes if uid in n.attrs.outputs())
+        ins = [u for u in node.attrs.inputs() if u in self]
+        shapes = [np.shape(self[u]) for u in ins]
+        want = tuple(self.built.tensor(uid).dims)
+        out = list(want)
+        for u, shape in zip(ins, shapes):
+            was = tuple(self.built.tensor(u).dims)
+            if len(was) != len(want):
+                continue
+            for a, (w, o) in enumerate(zip(was, want)):
+                if w == o and w != 1:
+                    out[a] = shape[a]
+        return tuple(out)
 
 
-def evaluate(g: GraphDesc, inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
-    """Runs the graph on logical input arrays; returns every tensor's value, rounded to its type."""
-    env = RefEnv(inputs, g)
+def at_dims(g: GraphDesc, dims: dict) -> GraphDesc:
+    """``g`` with the bound tensors at ``dims`` (uid -> dims; packed in their memory order) and its
+    virtual tensors' dims unknown (empty: the references take them from their values)."""
+    from dataclasses import replace
+    from lowering.layout import physical_layout
+    tensors = []
+    for t in g.tensors:
+        if t.uid in dims and tuple(dims[t.uid]) != tuple(t.dims):
+            order = physical_layout(t.dims, t.strides).order
+            strides, acc = [0] * len(t.dims), 1
+            for a in reversed(order):
+                strides[a] = acc
+                acc *= max(int(dims[t.uid][a]), 1)
+            t = replace(t, dims=tuple(dims[t.uid]), strides=tuple(strides))
+        elif t.is_virtual:
+            t = replace(t, dims=None)
+        tensors.append(t)
+    return replace(g, tensors=tuple(tensors))
+
+
+def evaluate(g: GraphDesc, inputs: dict[int, np.ndarray], built: GraphDesc | None = None) -> dict[int, np.ndarray]:
+    """Runs the graph on logical input arrays; returns every tensor's value, rounded to its type.
+    A tensor whose dims are None (a virtual tensor of a graph run at override shapes) keeps the
+    shape of its value."""
+    env = RefEnv(inputs, g, built)
     for t in g.tensors:
         if t.is_scalar:
             env[t.uid] = np.asarray(t.scalar_value, dtype=numpy_dtype(t.data_type))
@@ -54,7 +98,8 @@ def evaluate(g: GraphDesc, inputs: dict[int, np.ndarray]) -> dict[int, np.ndarra
         results = REFERENCES[node.kind](node, env)
         for uid, val in results.items():
             t = g.tensor(uid)
-            val = np.broadcast_to(np.asarray(val), t.dims) if np.asarray(val).shape != tuple(t.dims) else val
+            if t.dims is not None and np.asarray(val).shape != tuple(t.dims):
+                val = np.broadcast_to(np.asarray(val), t.dims)
             with np.errstate(all="ignore"):
                 env[uid] = np.asarray(val).astype(numpy_dtype(t.data_type))
     return env
@@ -84,22 +129,37 @@ class NumpyReferencePlugin:
     def get_workspace_size(self, engine_id: int, op_graph: bytes) -> int:
         return 0
 
-    def create_execution_context(self, engine_id: int, op_graph: bytes, engine_config=None) -> ReferenceContext:
+    def create_execution_context(self, engine_id: int, op_graph: bytes, engine_config=None,
+                                 dynamic=None) -> ReferenceContext:
         try:
             g = decode_graph(op_graph)
         except LoweringError as e:
             raise HipdnnError(Status.BAD_PARAM, str(e)) from None
-        return ReferenceContext(g, bound_tensors(g))
+        ctx = ReferenceContext(g, bound_tensors(g))
+        if dynamic:
+            from lowering.dynamic import ShapeSpec
+            try:
+                ctx.shape_spec = ShapeSpec.from_json(dynamic["shape_spec"])
+            except (LoweringError, KeyError, TypeError) as e:
+                raise HipdnnError(Status.BAD_PARAM, f"NUMPY_REFERENCE: unreadable shape spec: {e}") from None
+            ctx.override = bool(dynamic.get("override"))
+        return ctx
 
     def destroy_execution_context(self, ctx) -> None:
         pass
 
-    def execute_op_graph(self, ctx: ReferenceContext, variant_pack: dict, workspace=None) -> None:
-        ins, outs = bind_variant_pack(ctx.tensors, variant_pack)
-        by_uid = {t.uid: t for t in ctx.tensors}
+    def execute_op_graph(self, ctx: ReferenceContext, variant_pack: dict, workspace=None, overrides=None) -> None:
+        tensors, graph = ctx.tensors, ctx.graph
+        if ctx.override:   # NOTE: the reference just runs at the call's shapes, checked by the spec
+            from hipdnn_iree.plugin_sdk.shapes import resolve_tensors
+            tensors = resolve_tensors(ctx.shape_spec, ctx.tensors, variant_pack, overrides)
+            if any(t.dims != c.dims for t, c in zip(tensors, ctx.tensors)):
+                graph = at_dims(ctx.graph, {t.uid: t.dims for t in tensors})
+        ins, outs = bind_variant_pack(tensors, variant_pack)
+        by_uid = {t.uid: t for t in tensors}
         logical = {u: logical_from_dense(by_uid[u], v) for u, v in ins.items()}
         try:
-            env = evaluate(ctx.graph, logical)
+            env = evaluate(graph, logical, ctx.graph)
         except HipdnnError:
             raise
         except Exception as e:
