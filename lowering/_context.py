@@ -10,8 +10,11 @@ from lowering.policy import LoweringPolicy
 
 
 class LowerContext:
-    def __init__(self, graph: GraphDesc, emitter: Emitter, policy: LoweringPolicy):
+    def __init__(self, graph: GraphDesc, emitter: Emitter, policy: LoweringPolicy, dyn_dims: dict | None = None):
         self.graph = graph
+        # uid -> logical dims with a Sym for each dim chosen at execute time (lowering/dynamic.py);
+        # None for a static lowering
+        self.dyn_dims = dyn_dims
         self.em = emitter
         self.policy = policy   # every form choice (lowering/policy.py); lowerings read nothing else
         self.target = policy.target
@@ -38,13 +41,19 @@ class LowerContext:
             return v
         raise LoweringError(f"tensor '{t.name}' (uid {uid}) is used before any node produces it")
 
+    def dims(self, uid: int) -> tuple:
+        """The logical dims tensor ``uid`` has in the emitted module (Syms for varying dims)."""
+        if self.dyn_dims is not None and uid in self.dyn_dims:
+            return self.dyn_dims[uid]
+        return tuple(self.tensor(uid).dims)
+
     def define(self, uid: int, v: Value) -> None:
         """Binds the result of a node to tensor ``uid``, converting to its declared type."""
         t = self.tensor(uid)
         if uid in self.values:
             raise LoweringError(f"tensor '{t.name}' (uid {uid}) is produced twice")
-        if tuple(t.dims) != v.shape:
-            raise LoweringError(f"tensor '{t.name}' (uid {uid}): declared dims {list(t.dims)} but the "
+        if self.dims(uid) != v.shape:
+            raise LoweringError(f"tensor '{t.name}' (uid {uid}): declared dims {list(self.dims(uid))} but the "
                                 f"producing node gives {list(v.shape)}")
         self.values[uid] = self.em.convert(v, element_type(t.data_type, f"tensor '{t.name}'"),
                                            unsigned=t.data_type == DataType.UINT8)

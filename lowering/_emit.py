@@ -37,8 +37,39 @@ def element_type(data_type: int, what: str = "tensor") -> str:
         raise LoweringError(f"{what}: data type {data_type} has no MLIR element type", "unsupported") from None
 
 
+class Sym:
+    """A dim whose size is chosen at execute time (lowering/dynamic.py): prints as ``?`` in types and
+    as its ``index`` SSA value (``ssa``) in operand lists; equal to another Sym of the same ``name``."""
+
+    __slots__ = ("name", "ssa")
+
+    def __init__(self, name: str, ssa: str):
+        self.name, self.ssa = name, ssa
+
+    def __eq__(self, other):
+        return isinstance(other, Sym) and other.name == self.name
+
+    def __hash__(self):
+        return hash(("Sym", self.name))
+
+    def __str__(self):
+        return self.ssa
+
+    def __repr__(self):
+        return f"Sym({self.name!r})"
+
+
+def is_static(shape) -> bool:
+    return not any(isinstance(d, Sym) for d in shape)
+
+
+def dyn_operands(shape) -> str:
+    """The SSA sizes of ``shape``'s dynamic dims, comma separated (what ``tensor.empty`` takes)."""
+    return ", ".join(d.ssa for d in shape if isinstance(d, Sym))
+
+
 def tensor_type(shape: Sequence[int], elem: str) -> str:
-    return f"tensor<{''.join(f'{d}x' for d in shape)}{elem}>"
+    return f"tensor<{''.join('?x' if isinstance(d, Sym) else f'{d}x' for d in shape)}{elem}>"
 
 
 def float_literal(value: float, elem: str) -> str:
@@ -120,7 +151,7 @@ class Emitter:
         return self.op(f"arith.trunci {ssa} : {src} to {dst}")
 
     def empty(self, shape, elem) -> str:
-        return self.op(f"tensor.empty() : {tensor_type(shape, elem)}", "empty")
+        return self.op(f"tensor.empty({dyn_operands(shape)}) : {tensor_type(shape, elem)}", "empty")
 
     def filled(self, shape, elem, value: float) -> str:
         c = self.const(value, elem)

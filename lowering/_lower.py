@@ -43,16 +43,18 @@ def _mlir_string(s: str) -> str:
 
 
 def lower(graph_bytes: bytes, target: str = "llvm-cpu:host", verify: bool = True,
-          policy: LoweringPolicy | None = None) -> Lowered:
+          policy: LoweringPolicy | None = None, shape_spec=None) -> Lowered:
     """Lowers a ``schemas/graph.fbs`` graph to MLIR text (parsed and verified by default).
 
-    ``policy`` chooses every form (lowering/policy.py); ``None`` takes ``target``'s defaults."""
+    ``policy`` chooses every form (lowering/policy.py); ``None`` takes ``target``'s defaults.
+    ``shape_spec`` (a :class:`lowering.dynamic.ShapeSpec`, or its JSON): the arguments carry ``?``
+    for its varying dims and one module serves every shape ``shape_spec.resolve`` accepts."""
     graph = decode_graph(graph_bytes)
-    return lower_graph(graph, target, verify, graph_bytes=graph_bytes, policy=policy)
+    return lower_graph(graph, target, verify, graph_bytes=graph_bytes, policy=policy, shape_spec=shape_spec)
 
 
 def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes: bytes | None = None,
-                policy: LoweringPolicy | None = None) -> Lowered:
+                policy: LoweringPolicy | None = None, shape_spec=None) -> Lowered:
     """``graph_bytes`` (the graph's FlatBuffer) goes into the module's reflection as ``hipdnn_iree.graph``
     (base64): a restored plan can then be checked against the reference (hipdnn_iree/backend/selfcheck.py)."""
     if policy is None:
@@ -65,12 +67,15 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
     produced = graph.output_uids()
     bound = graph.bound_tensors()
     em = Emitter()
-    ctx = LowerContext(graph, em, policy)
+    spec, dyn = _dynamic(graph, shape_spec)
+    ctx = LowerContext(graph, em, policy, dyn)
     args, abi_tensors, outputs = [], [], []
     for i, t in enumerate(bound):
         what = f"tensor '{t.name}' (uid {t.uid})"
         elem = element_type(t.data_type, what)
         lay = physical_layout(t.dims, t.strides, what)
+        if dyn is not None:
+            lay = _dyn_layout(lay, dyn[t.uid])
         role = "output" if t.uid in produced else "input"
         if role == "output" and lay.bcast_axes:
             raise LoweringError(f"{what}: an output cannot have stride 0 on axes {list(lay.bcast_axes)}")
@@ -90,7 +95,7 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
             kept = [a for a in range(len(t.dims)) if a not in lay.bcast_axes]
             # memory order -> logical order of the kept axes
             v = em.transpose(v, [lay.order.index(a) for a in kept])
-            v = em.broadcast(v, t.dims, lay.bcast_axes)
+            v = em.broadcast(v, ctx.dims(t.uid), lay.bcast_axes)
             ctx.values[t.uid] = v
     if not outputs:
         raise LoweringError(f"graph '{graph.name}' has no output tensor: mark one with set_output(True)")
@@ -111,6 +116,8 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
         results.append(v if lay.is_dense else strided.write(em, run, v, lay))
     abi = {"version": ABI_FORMAT_VERSION, "graph": graph.name, "target": target,
            "entry": ENTRY_POINT, "tensors": abi_tensors}
+    if spec is not None:
+        abi["shape_spec"] = spec.to_json()
     refl_graph = ""
     if graph_bytes is not None:
         import base64
@@ -119,11 +126,71 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
             f"{refl_graph}}}")
     res_types = ", ".join(r.type for r in results)
     header = (f"func.func @{ENTRY_POINT}({', '.join(args)}) -> ({res_types}) attributes {{{refl}}} {{")
-    body = em.lines + [f"  return {', '.join(r.ssa for r in results)} : {res_types}"]
+    body = _dim_lines(spec, dyn, bound, args) + em.lines + [f"  return {', '.join(r.ssa for r in results)} : {res_types}"]
     text = "\n".join(["module {", header, *body, "}", "}", ""])
     if verify:
         verify_mlir(text)
     return Lowered(text, abi)
+
+
+def _dynamic(graph: GraphDesc, shape_spec):
+    """``(spec, uid -> dims with Syms)`` for a dynamic lowering; ``(None, None)`` for a static one."""
+    if shape_spec is None:
+        return None, None
+    from lowering._emit import Sym
+    from lowering.dynamic import ShapeSpec
+    spec = ShapeSpec.from_json(shape_spec) if isinstance(shape_spec, str) else shape_spec
+    for t in graph.tensors:
+        if tuple(spec.built.get(t.uid, ())) != tuple(t.dims):
+            raise LoweringError(f"shape spec does not fit graph '{graph.name}': tensor '{t.name}' (uid {t.uid}) "
+                                f"has dims {list(t.dims)}, the spec was made for "
+                                f"{list(spec.built[t.uid]) if t.uid in spec.built else 'no such tensor'}")
+    syms: dict = {}
+    for name in spec.symbols:
+        syms[name] = Sym(name, f"%dim_{name}")
+
+    def sym(d):
+        if isinstance(d, int):
+            return d
+        if isinstance(d, str):
+            return syms[d]
+        raise LoweringError(f"derived dim {d.text()}: conv H/W that vary are not lowered yet", "unsupported")
+
+    dyn = {t.uid: tuple(sym(d) for d in spec.dims[t.uid]) for t in graph.tensors}
+    return spec, dyn
+
+
+def _dyn_layout(lay, dims):
+    """``lay`` with the tensor's dims (Syms included); a strided layout cannot have varying dims."""
+    from dataclasses import replace
+    if not any(not isinstance(d, int) for d in dims):
+        return lay
+    if not lay.is_dense or lay.bcast_axes:
+        raise LoweringError(f"tensor with dims {list(lay.dims)} and strides {list(lay.strides)}: varying dims "
+                            "are not supported for strided (non-dense) or broadcast (stride 0) layouts", "unsupported")
+    return replace(lay, dims=tuple(dims))
+
+
+def _dim_lines(spec, dyn, bound, args) -> list[str]:
+    """``tensor.dim`` of the first bound tensor carrying each symbol, at the top of the body."""
+    if spec is None:
+        return []
+    from lowering._emit import Sym
+    lines, done = [], set()
+    arg_of = {t.uid: (i, a.split(":", 1)[1].split("{")[0].strip()) for i, (t, a) in enumerate(zip(bound, args))}
+    for t in bound:
+        lay = physical_layout(t.dims, t.strides)
+        for axis, d in enumerate(dyn[t.uid]):
+            if isinstance(d, Sym) and d.name in spec.symbols and d.name not in done:
+                done.add(d.name)
+                i, typ = arg_of[t.uid]
+                pos = lay.order.index(axis)
+                lines.append(f"  %dimc_{d.name} = arith.constant {pos} : index")
+                lines.append(f"  {d.ssa} = tensor.dim %arg{i}, %dimc_{d.name} : {typ}")
+    missing = [s for s in spec.symbols if s not in done]
+    if missing:
+        raise LoweringError(f"symbols {missing} are carried by no bound tensor", "internal")
+    return lines
 
 
 # NOTE: what any target can address (x86-64 user space); the frontend refuses larger tensors at

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from lowering._context import LowerContext
-from lowering._emit import FLOAT_TYPES, Emitter, Value, tensor_type
+from lowering._emit import FLOAT_TYPES, Emitter, Sym, Value, is_static, tensor_type
 from lowering._registry import register_lowering
 from lowering.graph_ir import LoweringError, NodeDesc, OpKind
 
@@ -157,7 +157,7 @@ def check_forward(x: Sequence[int], w: Sequence[int], y: Sequence[int], attrs, g
 
 
 def _ints(v: Sequence[int]) -> str:
-    return ", ".join(str(int(e)) for e in v)
+    return ", ".join(str(e) if isinstance(e, Sym) else str(int(e)) for e in v)
 
 
 def _split(em: Emitter, v: Value, axis: int, parts: tuple[int, int]) -> Value:
@@ -288,7 +288,13 @@ def _conv(em: Emitter, xp: Value, filt: Value, groups: int, stride: Sequence[int
 
 def _barrier(em: Emitter, v: Value) -> Value:
     """``util.optimization_barrier``: IREE fuses nothing across it, so the relayout that produced
-    ``v`` runs in a dispatch of its own instead of inside the convolution's."""
+    ``v`` runs in a dispatch of its own instead of inside the convolution's.
+
+    NOTE: left out for a value with dynamic dims (lowering/dynamic.py): IREE 3.13 cannot resolve
+    ``tensor.dim`` through the barrier ("dynamic dimensions must have been resolved prior to leaving
+    the flow dialect"), so the relayout may fuse into the convolution there."""
+    if not is_static(v.shape):
+        return v
     name = em.op(f"util.optimization_barrier {v.ssa} : {v.type}", "ob")
     return Value(name, v.shape, v.elem)
 
@@ -514,7 +520,7 @@ def _geometry(node: NodeDesc, x, w, y, given: str | None) -> tuple[ConvParams, i
 def lower_conv_fprop(ctx: LowerContext, node: NodeDesc) -> None:
     at = node.attrs
     x, w = ctx.value(at.x_uid), ctx.value(at.w_uid)
-    y_dims = tuple(ctx.tensor(at.y_uid).dims)
+    y_dims = ctx.dims(at.y_uid)
     _check_float(node, x, w)
     p, groups = _geometry(node, x.shape, w.shape, y_dims, None)
     em, acc = ctx.em, ctx.compute_elem(node)
@@ -574,7 +580,7 @@ def _dgrad_filter(em: Emitter, w: Value, groups: int) -> Value:
 def lower_conv_dgrad(ctx: LowerContext, node: NodeDesc) -> None:
     at = node.attrs
     dy, w = ctx.value(at.y_uid), ctx.value(at.w_uid)
-    dx_dims = tuple(ctx.tensor(at.x_uid).dims)
+    dx_dims = ctx.dims(at.x_uid)
     _check_float(node, dy, w)
     p, groups = _geometry(node, dx_dims, w.shape, dy.shape, "x_uid")
     em, acc = ctx.em, ctx.compute_elem(node)
@@ -599,7 +605,7 @@ def lower_conv_dgrad(ctx: LowerContext, node: NodeDesc) -> None:
 def lower_conv_wgrad(ctx: LowerContext, node: NodeDesc) -> None:
     at = node.attrs
     dy, x = ctx.value(at.y_uid), ctx.value(at.x_uid)
-    dw_dims = tuple(ctx.tensor(at.w_uid).dims)
+    dw_dims = ctx.dims(at.w_uid)
     _check_float(node, dy, x)
     p, groups = _geometry(node, x.shape, dw_dims, dy.shape, "w_uid")
     em, acc = ctx.em, ctx.compute_elem(node)

@@ -321,7 +321,7 @@ def lower_reduction(ctx: LowerContext, node: NodeDesc) -> None:
     at = node.attrs
     _checked(ctx, node, lambda d, s: check_reduction_mode(at.mode))
     x = ctx.value(at.x_uid)
-    y_dims = tuple(ctx.tensor(at.y_uid).dims)
+    y_dims = ctx.dims(at.y_uid)
     axes = _checked(ctx, node, lambda d, s: reduced_axes(x.shape, y_dims))
     acc, out = _compute(ctx, node), ctx.out_elem(at.y_uid)
     em = ctx.em

@@ -192,8 +192,7 @@ def lower_pointwise(ctx: LowerContext, node: NodeDesc) -> None:
         raise LoweringError(f"pointwise '{node.name}': mode {M.__dict__.get(mode, mode)} takes "
                             f"{ARITY[mode]} inputs, got {len(ins)}")
     out_uid = attrs.out_0_uid
-    out_t = ctx.tensor(out_uid)
-    shape = tuple(out_t.dims)
+    shape = ctx.dims(out_uid)
     out_elem = ctx.out_elem(out_uid)
     em = ctx.em
     if mode == M.GEN_INDEX:
