@@ -262,3 +262,24 @@ def test_sdpa_fused_form_dynamic(cpu, rng):
 if __name__ == "__main__":     # writes the baseline (run once, before the dynamic emitter)
     with open(BASELINE, "w") as f:
         json.dump(_static_mlir_hashes(hd.create_handle()), f, indent=1, sort_keys=True)
+
+
+@pytest.mark.parametrize("target", ["rocm:gfx942", "cuda:sm_80"])
+def test_dynamic_modules_compile_for_gpus(cpu, target):
+    """The AMD/NVIDIA compile matrix: dynamic modules (matmul chain, fused SDPA, layernorm, conv N)
+    compile for the GPU targets with the GPU policy (compile only: no GPU here)."""
+    from hipdnn_iree.plugins.iree_linalg.compile import compile_mlir
+    from hipdnn_iree.plugins.iree_linalg.targets import parse_target
+    from lowering.graph_ir import OpKind
+    for name in ("mlp", "sdpa", "layernorm", "conv"):
+        build, built, _ = CASES[name]
+        data = _graph_bytes(build(*built), cpu)
+        desc = decode_graph(data)
+        lowered = lower(data, target=target, shape_spec=analyze(desc))
+        assert "?x" in lowered.mlir
+        if name == "sdpa":
+            assert "iree_linalg_ext.attention" in lowered.mlir    # the GPU policy's fused form
+        t = parse_target(target)
+        flags = t.graph_flags({n.kind for n in desc.nodes},
+                              conv_ranks=[2] if any(n.kind == OpKind.CONV_FPROP for n in desc.nodes) else ())
+        assert compile_mlir(lowered.mlir, t, tuple(flags)).vmfb
