@@ -308,6 +308,10 @@ def _pointwise(f: _Facts, node):
                 f.mark((out, i), _BPARAM if padded[i] == o[i] and o[i] != 1 else _BTOKEN)
     for i in range(rank):
         f.mark((out, i), _PPARAM if (rank >= 2 and i == rank - 1) else _PTOKEN, "S" if i else "N")
+        carried = any(f.find((u, i - (rank - len(f.dims(u))))) == f.find((out, i))
+                      for u in ins if i - (rank - len(f.dims(u))) >= 0)
+        if not carried:
+            f.mark((out, i), _FIXED)    # every operand broadcasts here: the size is the op's, fixed
 
 
 def _matmul(f: _Facts, node):
@@ -323,7 +327,10 @@ def _matmul(f: _Facts, node):
             else:
                 f.mark((u, i), _FIXED)
     for i in range(nb):
-        f.mark((c, i), _VARY, "B")
+        # NOTE: a batch dim no operand carries (both broadcast or absent) is made by the op: fixed
+        carried = any(len(d) - 2 > i - (nb - (len(d) - 2)) >= 0 and d[i - (nb - (len(d) - 2))] == dc[i]
+                      and not (u == b and dc[i] == 1) for u, d in ((a, da), (b, db)))
+        f.mark((c, i), _VARY if carried else _FIXED, "B")
     f.union((a, len(da) - 2), (c, nb))
     f.mark((c, nb), _VARY, "M")
     f.union((a, len(da) - 1), (b, len(db) - 2))
@@ -515,8 +522,9 @@ def analyze(graph: GraphDesc, conv_spatial: bool = False) -> ShapeSpec:
     for ro, d in list(derived_of.items()):
         if d is None:
             continue
-    # a symbol needs a bound input or output carrying it directly
-    bound_set = set(bound)
+    # a symbol needs a bound input carrying it directly (the module reads its size there)
+    produced = graph.output_uids()
+    bound_set = {u for u in bound if u not in produced}
     for root, keys in classes.items():
         if strength[root][0] and not any(k[0] in bound_set for k in keys) and root not in derived_of:
             strength[root] = (False, strength[root][1])

@@ -154,3 +154,16 @@ def test_conv_spatial_output_formula(cpu):
     s1 = analyze(_conv(cpu, stride=1, pad=1), conv_spatial=True)
     assert s1.allowed(3, 2) == "any size >= 1 (symbol H, shared with uid 1)"
     assert ShapeSpec.from_json(s.to_json()) == s
+
+
+def test_batch_made_by_a_broadcasting_matmul_stays_fixed(cpu):
+    """x [S, E] @ w [1, H, E, D] -> [1, H, S, D]: no input carries the batch, so it is fixed at 1
+    (the output alone cannot give it a size); the tokens vary through the matmul into sdpa."""
+    g = hd.Graph(name="gqa", io_data_type=F)
+    x = g.tensor(name="x", uid=1, dim=[6, 16])
+    outs = [g.matmul(x, g.tensor(name=n, uid=u, dim=[1, h, 16, 8])) for n, u, h in (("q", 3, 4), ("k", 4, 2), ("v", 5, 2))]
+    _out(g.sdpa(*outs, is_causal=True), 100)
+    s = analyze(_desc(g, cpu))
+    assert s.varying() == {1: [0], 100: [2]}
+    assert s.allowed(100, 0) == "fixed at 1"
+    assert s.resolve({1: (9, 16)})[100] == (1, 4, 9, 8)
