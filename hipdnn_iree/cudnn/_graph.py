@@ -212,6 +212,7 @@ class pygraph:
         self._pending = False             # plans wait for the first execute (baked scalars unknown)
         self._baked = None
         self._restored = False
+        self._plan_tensors = None
 
     @property
     def hd_graph(self) -> Graph:
@@ -664,8 +665,8 @@ class pygraph:
                 if by_uid is None:
                     by_uid = {t.get_uid(): t for t in self._by_hd.values() if t.get_uid() is not None}
                 t = by_uid.get(int(key))
-                if t is None:
-                    pack[int(key)] = buf      # a restored plan's uid (or an unknown one: refused below)
+                if t is None:                 # a restored plan's uid (or an unknown one: refused below)
+                    pack[int(key)] = self._restored_buffer(int(key), buf, hd_handle)
                     continue
             else:
                 raise HipdnnError(Status.BAD_PARAM, f"variant pack key must be a graph tensor or a uid, got "
@@ -680,6 +681,29 @@ class pygraph:
                 raise HipdnnError(Status.BAD_PARAM, f"tensor '{t.get_name()}' is not part of the graph")
             pack[t._t.get_uid()] = _by_address(t._t, buf)
         return values, pack
+
+    def _restored_buffer(self, uid, buf, hd_handle):
+        """A restored plan knows no pass-by-value tensors: a one-element host tensor (or a number)
+        for a GPU handle is such a value, copied into a device buffer of the plan tensor's dims."""
+        if hd_handle.device in (None, "local-task", "local-sync"):
+            return buf
+        on_host = isinstance(buf, (numbers.Real, np.ndarray)) or str(getattr(buf, "device", "")) == "cpu"
+        if not on_host:
+            return buf
+        if self._plan_tensors is None:
+            self._plan_tensors = {p.uid: p for p in self._hd.get_compiled_plan_tensors()}
+        p = self._plan_tensors.get(uid)
+        if p is None or math.prod(p.dims) != 1:
+            return buf
+        value = _scalar_value(buf, type("T", (), {"get_name": lambda self: f"uid {uid}"})())
+        import torch
+        dev = self._pbv_bufs.get(uid)
+        if dev is None:
+            from hipdnn_iree.plugin_sdk.buffers import numpy_dtype
+            dev = self._pbv_bufs[uid] = torch.empty(list(p.dims), dtype=getattr(torch, numpy_dtype(int(p.data_type)).name),
+                                                    device="cuda")
+        dev.fill_(value)
+        return dev
 
     def _pbv_buffer(self, t, value, hd_handle):
         """The pass-by-value tensor's one value in a buffer on the handle's device (made once)."""

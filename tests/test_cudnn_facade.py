@@ -1,0 +1,339 @@
+"""hipdnn_iree.cudnn: cuDNN FE Python code (its keyword names, lifecycle and semantics) on torch CPU
+tensors, checked against torch. Written in cuDNN FE's test style: build a pygraph from torch
+tensors' sizes and strides, execute with a {tensor: torch tensor} variant pack, compare."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import hipdnn_iree as hd  # noqa: E402
+import hipdnn_iree.cudnn as cudnn  # noqa: E402
+from harness import REPO  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def handle():
+    h = cudnn.create_handle(device="cpu")
+    yield h
+    cudnn.destroy_handle(h)
+
+
+@pytest.fixture
+def gen(rng):
+    g = torch.Generator().manual_seed(int(rng.integers(2**31)))
+    return lambda *shape, dtype=torch.float32: torch.randn(*shape, generator=g).to(dtype)
+
+
+def _build(graph, modes=(cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK)):
+    graph.validate()
+    graph.build_operation_graph()
+    graph.create_execution_plans(list(modes))
+    graph.check_support()
+    graph.build_plans()
+    return torch.empty(graph.get_workspace_size(), dtype=torch.uint8)
+
+
+def test_conv_bias_relu_nhwc_stride_dilation(handle, gen):
+    x = gen(2, 8, 13, 11).to(memory_format=torch.channels_last)
+    w = gen(16, 8, 3, 3).to(memory_format=torch.channels_last)
+    b = gen(1, 16, 1, 1).to(memory_format=torch.channels_last)
+    ref = torch.relu(torch.nn.functional.conv2d(x, w, b.reshape(-1), padding=[0, 1], stride=[2, 3], dilation=[2, 1]))
+    graph = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, intermediate_data_type=cudnn.data_type.FLOAT,
+                          compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+    X = graph.tensor(name="X", dim=x.size(), stride=x.stride(), data_type=x.dtype)
+    W = graph.tensor(name="W", dim=w.size(), stride=w.stride(), data_type=cudnn.data_type.FLOAT)
+    B = graph.tensor(name="B", dim=b.size(), stride=b.stride(), data_type=cudnn.data_type.FLOAT)
+    conv = graph.conv_fprop(image=X, weight=W, padding=[0, 1], stride=[2, 3], dilation=[2, 1])
+    Y = graph.relu(name="relu", input=graph.bias(name="bias", input=conv, bias=B))
+    Y.set_output(True)
+    ws = _build(graph)
+    assert Y.get_dim() == list(ref.shape)
+    assert Y.get_stride() == list(ref.contiguous(memory_format=torch.channels_last).stride())   # cuDNN: NHWC
+    out = torch.zeros_like(ref)
+    graph.execute({X: x, W: w, B: b, Y: out}, ws, handle=handle)
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_conv_dgrad_and_wgrad(handle, gen):
+    x = gen(2, 4, 9, 9)
+    w = gen(6, 4, 3, 3)
+    dy = gen(2, 6, 5, 5)
+    dx_ref = torch.nn.grad.conv2d_input(x.shape, w, dy, stride=2, padding=1)
+    dw_ref = torch.nn.grad.conv2d_weight(x, w.shape, dy, stride=2, padding=1)
+    g1 = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+    DY, W = g1.tensor_like(dy, name="DY"), g1.tensor_like(w, name="W")
+    DX = g1.conv_dgrad(loss=DY, filter=W, padding=[1, 1], stride=[2, 2], dilation=[1, 1])
+    DX.set_output(True).set_dim(list(x.shape)).set_stride(list(x.stride()))
+    ws = _build(g1)
+    dx = torch.empty_like(x)
+    g1.execute({DY: dy, W: w, DX: dx}, ws)
+    torch.testing.assert_close(dx, dx_ref, atol=1e-4, rtol=1e-4)
+
+    g2 = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+    X, DY2 = g2.tensor_like(x, name="X"), g2.tensor_like(dy, name="DY")
+    DW = g2.conv_wgrad(image=X, loss=DY2, padding=[1, 1], stride=[2, 2], dilation=[1, 1])
+    DW.set_output(True).set_dim(list(w.shape))
+    ws = _build(g2)
+    dw = torch.empty(w.shape).to(memory_format=torch.channels_last)    # cuDNN's default: channels-last
+    assert DW.get_stride() == list(dw.stride())
+    g2.execute({X: x, DY2: dy, DW: dw}, ws)
+    torch.testing.assert_close(dw, dw_ref, atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu"])
+def test_matmul_bias_activation_batched_broadcast(handle, gen, act):
+    a, b, bias = gen(3, 16, 32), gen(1, 32, 24), gen(1, 1, 24)      # B and bias broadcast over the batch
+    ref = getattr(torch.nn.functional, act)(a @ b + bias)
+    graph = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, intermediate_data_type=cudnn.data_type.FLOAT,
+                          compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+    A, B, Bias = graph.tensor_like(a), graph.tensor_like(b), graph.tensor_like(bias)
+    C = getattr(graph, act)(input=graph.bias(input=graph.matmul(name="mm", A=A, B=B), bias=Bias))
+    C.set_output(True)
+    ws = _build(graph)
+    c = torch.empty(3, 16, 24)
+    graph.execute({A: a, B: b, Bias: bias, C: c}, ws)
+    torch.testing.assert_close(c, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_layernorm_training_epsilon_read_at_every_execute(handle, gen):
+    x = gen(8, 32, 1, 1).to(memory_format=torch.channels_last)
+    scale, bias = gen(1, 32, 1, 1), gen(1, 32, 1, 1)
+    graph = cudnn.pygraph(intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT,
+                          handle=handle)
+    X = graph.tensor(name="X", dim=x.size(), stride=x.stride(), data_type=cudnn.data_type.FLOAT)
+    S, B = graph.tensor_like(scale, name="scale"), graph.tensor_like(bias, name="bias")
+    eps = graph.tensor(name="epsilon", dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], is_pass_by_value=True,
+                       data_type=cudnn.data_type.FLOAT)
+    Y, mean, inv_var = graph.layernorm(name="LN", norm_forward_phase=cudnn.norm_forward_phase.TRAINING, input=X,
+                                       scale=S, bias=B, epsilon=eps)
+    for t in (Y, mean, inv_var):
+        t.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    ws = _build(graph)
+    with pytest.raises(hd.HipdnnError, match="execute once"):
+        graph.serialize()                  # epsilon's value is not known before the first execute
+    y, m, iv = torch.empty_like(x), torch.empty(8, 1, 1, 1), torch.empty(8, 1, 1, 1)
+    for e in (1e-3, 0.25):   # a new epsilon value changes the result (cuDNN reads it at execute)
+        graph.execute({X: x, S: scale, B: bias, eps: torch.full((1, 1, 1, 1), e), Y: y, mean: m, inv_var: iv}, ws)
+        ref = torch.nn.functional.layer_norm(x, [32, 1, 1], scale.squeeze(0), bias.squeeze(0), eps=e)
+        torch.testing.assert_close(y, ref, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(m, x.mean(dim=(1, 2, 3), keepdim=True), atol=1e-5, rtol=1e-5)
+        var = x.var(dim=(1, 2, 3), keepdim=True, unbiased=False)
+        torch.testing.assert_close(iv, torch.rsqrt(var + e), atol=1e-4, rtol=1e-4)
+    assert len(graph.serialize()) > 0      # the plan bakes the last epsilon: serializable after an execute
+
+
+def test_rmsnorm_with_bias_and_batchnorm_inference(handle, gen):
+    x, scale, bias = gen(4, 6, 64), gen(1, 1, 64), gen(1, 1, 64)
+    graph = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+    X, S, B = graph.tensor_like(x), graph.tensor_like(scale), graph.tensor_like(bias)
+    Y, inv_var = graph.rmsnorm(norm_forward_phase=cudnn.norm_forward_phase.INFERENCE, input=X, scale=S, bias=B,
+                               epsilon=1e-5)
+    assert inv_var is None
+    Y.set_output(True)
+    ws = _build(graph)
+    y = torch.empty_like(x)
+    graph.execute({X: x, S: scale, B: bias, Y: y, inv_var: None}, ws)     # None keys are skipped
+    ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * scale + bias
+    torch.testing.assert_close(y, ref, atol=1e-4, rtol=1e-4)
+
+    x = gen(2, 5, 4, 3).to(memory_format=torch.channels_last)
+    mean, var, sc, bi = gen(1, 5, 1, 1), gen(1, 5, 1, 1).abs() + 0.5, gen(1, 5, 1, 1), gen(1, 5, 1, 1)
+    g2 = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, handle=handle)
+    X, M, IV, SC, BI = (g2.tensor_like(t) for t in (x, mean, var, sc, bi))
+    Y = g2.batchnorm_inference(input=X, mean=M, inv_variance=IV, scale=SC, bias=BI)
+    Y.set_output(True)
+    ws = _build(g2)
+    assert Y.get_stride() == list(x.stride())      # norms follow their input's layout
+    y = torch.empty_like(x)
+    g2.execute({X: x, M: mean, IV: var, SC: sc, BI: bi, Y: y}, ws)
+    torch.testing.assert_close(y, (x - mean) * var * sc + bi, atol=1e-5, rtol=1e-5)
+
+
+def test_sdpa_causal_grouped_query_scale(handle, gen):
+    q, k, v = gen(1, 4, 16, 32), gen(1, 2, 24, 32), gen(1, 2, 24, 32)
+    kk, vv = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    graph = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, intermediate_data_type=cudnn.data_type.FLOAT,
+                          compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+    Q, K, V = graph.tensor_like(q), graph.tensor_like(k), graph.tensor_like(v)
+    scale = graph.tensor(name="attn_scale", dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], is_pass_by_value=True,
+                         data_type=cudnn.data_type.FLOAT)
+    O, stats = graph.sdpa(name="sdpa", q=Q, k=K, v=V, attn_scale=scale, is_inference=True, use_causal_mask=True)
+    assert stats is None
+    O.set_output(True).set_dim(list(q.shape)).set_stride(list(q.stride()))
+    ws = _build(graph)
+    o = torch.empty_like(q)
+    for s in (0.125, 0.3):       # the pass-by-value scale is read at every execute (no rebuild)
+        graph.execute({Q: q, K: k, V: v, scale: torch.full((1, 1, 1, 1), s), O: o, stats: None}, ws)
+        ref = torch.nn.functional.scaled_dot_product_attention(q, kk, vv, is_causal=True, scale=s)
+        torch.testing.assert_close(o, ref, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("mode,fn", [(cudnn.reduction_mode.ADD, "sum"), (cudnn.reduction_mode.MAX, "amax")])
+def test_reduction(handle, gen, mode, fn):
+    x = gen(3, 8, 5, 4)
+    graph = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+    X = graph.tensor_like(x)
+    Y = graph.reduction(input=X, mode=mode)
+    Y.set_output(True).set_dim([3, 8, 1, 1])
+    ws = _build(graph)
+    y = torch.empty(3, 8, 1, 1).to(memory_format=torch.channels_last)
+    graph.execute({X: x, Y: y}, ws)
+    torch.testing.assert_close(y, getattr(torch, fn)(x, dim=(2, 3), keepdim=True), atol=1e-4, rtol=1e-4)
+
+
+def test_pointwise_helpers(handle, gen):
+    a, b = gen(4, 16), gen(4, 16).abs() + 0.5
+    graph = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, handle=handle)
+    A, B = graph.tensor_like(a), graph.tensor_like(b)
+    s = graph.tensor(name="s", dim=[1, 1], stride=[1, 1], is_pass_by_value=True, data_type=cudnn.data_type.FLOAT)
+    outs = {
+        "sub_div": graph.div(a=graph.sub(a=A, b=B), b=B),
+        "exp_sig": graph.sigmoid(input=graph.exp(input=A)),
+        "tanh": graph.tanh(input=A),
+        "leaky": graph.leaky_relu(input=A, negative_slope=0.2),
+        "clip": graph.relu(input=A, lower_clip=-0.5, upper_clip=0.75),
+        "scale": graph.scale(input=A, scale=s),
+        "max_log": graph.log(input=graph.max(input0=B, input1=graph.mul(a=B, b=B))),
+        "cmp": graph.cmp_gt(input=A, comparison=B),
+    }
+    for t in outs.values():
+        t.set_output(True)
+    outs["cmp"].set_data_type(torch.bool)
+    ws = _build(graph)
+    bufs = {k: torch.empty(4, 16, dtype=torch.bool if k == "cmp" else torch.float32) for k in outs}
+    graph.execute({A: a, B: b, s: 1.5, **{outs[k]: bufs[k] for k in outs}}, ws)
+    refs = {"sub_div": (a - b) / b, "exp_sig": torch.sigmoid(torch.exp(a)), "tanh": torch.tanh(a),
+            "leaky": torch.nn.functional.leaky_relu(a, 0.2), "clip": a.clamp(-0.5, 0.75), "scale": a * 1.5,
+            "max_log": torch.log(torch.maximum(b, b * b)), "cmp": a > b}
+    for k, r in refs.items():
+        if k == "cmp":
+            assert torch.equal(bufs[k], r)
+        else:
+            torch.testing.assert_close(bufs[k], r, atol=1e-5, rtol=1e-5, msg=k)
+
+
+def test_uid_keys_bind_by_address_context_manager_and_jit(handle, gen):
+    a, bias = gen(8, 16), gen(16)
+
+    @cudnn.jit(heur_modes=[cudnn.heur_mode.A])
+    def make():
+        with cudnn.graph(handle, io_data_type=cudnn.data_type.FLOAT) as (g, _):
+            A = g.tensor(name="A", dim=[8, 16], stride=[16, 1])
+            Bias = g.tensor(name="bias", dim=[1, 16], stride=[16, 1])
+            Y = g.add(a=A, b=Bias)
+            Y.set_output(True)
+            return g, [A, Bias, Y]
+
+    g, (ua, ub, uy) = make()
+    assert g.get_execution_plan_count() >= 1 and len({ua, ub, uy}) == 3
+    y = torch.empty(128)                       # a flat buffer covering the declared span: bound by address
+    g.execute({ua: a, ub: bias, uy: y}, None)  # bias: torch [16] for declared [1, 16]
+    torch.testing.assert_close(y.view(8, 16), a + bias)
+    g.execute_plan_at_index({ua: a, ub: bias, uy: y}, None, 0)
+    small = torch.full((100,), 7.0)            # too small for the declared span: refused, untouched
+    with pytest.raises(hd.HipdnnError) as e:
+        g.execute({ua: a, ub: bias, uy: small}, None)
+    assert e.value.status == hd.Status.BAD_PARAM and "span" in str(e.value)
+    assert torch.all(small == 7.0)
+
+
+def test_set_stream_synchronizes_the_stream_before_running(handle, gen):
+    class Stream:
+        calls = 0
+
+        def synchronize(self):
+            Stream.calls += 1
+
+    h = cudnn.create_handle(device="cpu")
+    stream = Stream()
+    cudnn.set_stream(handle=h, stream=stream)
+    assert cudnn.get_stream(h) is stream
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, handle=h)
+    A = g.tensor(name="A", dim=[4, 4], stride=[4, 1])
+    Y = g.neg(input=A)
+    Y.set_output(True)
+    g.build([cudnn.heur_mode.A])
+    a, y = gen(4, 4), torch.empty(4, 4)
+    g.execute({A: a, Y: y}, None, handle=h)
+    assert Stream.calls == 1 and torch.equal(y, -a)
+    cudnn.destroy_handle(h)
+    with pytest.raises(hd.HipdnnError, match="destroyed"):
+        g.execute({A: a, Y: y}, None, handle=h)
+
+
+def test_build_without_argument_builds_the_operation_graph_only(handle):
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, handle=handle)
+    Y = g.exp(input=g.tensor(name="A", dim=[2, 2], stride=[2, 1]))
+    Y.set_output(True)
+    g.build()
+    assert g.get_execution_plan_count() == 0
+    with pytest.raises(hd.HipdnnError):
+        g.execute({}, None)
+
+
+_CHILD = r"""
+import sys, torch, hipdnn_iree.cudnn as cudnn
+h = cudnn.create_handle(device="cpu")
+g = cudnn.pygraph()
+g.deserialize(h, open(sys.argv[1], "rb").read())
+a = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+b = torch.full((4, 2), 0.5)
+c = torch.empty(3, 2)
+g.execute({1: a, 2: b, 3: c}, None)
+print(c.flatten().tolist())
+"""
+
+
+def test_serialize_deserialize_in_a_fresh_process(handle, tmp_path):
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, handle=handle)
+    A = g.tensor(name="A", dim=[3, 4], stride=[4, 1], uid=1)
+    B = g.tensor(name="B", dim=[4, 2], stride=[2, 1], uid=2)
+    C = g.matmul(A=A, B=B)
+    C.set_output(True).set_uid(3)
+    g.build([cudnn.heur_mode.A])
+    path = tmp_path / "mm.plan"
+    path.write_bytes(bytes(g.serialize()))
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=REPO)
+    proc = subprocess.run([sys.executable, str(script), str(path)], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = np.array(eval(proc.stdout.strip().splitlines()[-1]))
+    want = (np.arange(12, dtype=np.float32).reshape(3, 4) @ np.full((4, 2), 0.5, np.float32)).flatten()
+    np.testing.assert_allclose(got, want)
+
+
+def test_where_cudnn_and_this_engine_differ_errors_are_clear(handle):
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.HALF, handle=handle)
+    with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="FP8_E4M3") as e:
+        g.tensor(name="X", dim=[4, 4], stride=[4, 1], data_type=cudnn.data_type.FP8_E4M3)
+    assert isinstance(e.value, hd.HipdnnError) and e.value.status == hd.Status.NOT_SUPPORTED
+    q = g.tensor(name="Q", dim=[1, 1, 8, 16], stride=[128, 128, 16, 1])
+    with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="Stats"):
+        g.sdpa(q=q, k=q, v=q, is_inference=False)
+    with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="dropout"):
+        g.sdpa(q=q, k=q, v=q, generate_stats=False, dropout=(0.1, q, q))
+    with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="TRAINING"):
+        g.rmsnorm(norm_forward_phase=cudnn.norm_forward_phase.TRAINING, input=q, scale=q, epsilon=1e-5)
+    with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="ragged"):
+        g.tensor(name="R", dim=[4], stride=[1], ragged_offset=q)
+    g2 = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, handle=handle)
+    Y = g2.exp(input=g2.tensor(name="A", dim=[2, 2], stride=[2, 1]))
+    Y.set_output(True)
+    g2.build()
+    with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="knob"):
+        g2.create_execution_plan(None, {cudnn.knob_type.SPLIT_K: 2})
+
+
+def test_module_functions():
+    assert cudnn.backend_version() >= 8905      # cuDNN code gates layernorm etc. on it
+    assert "hipdnn-iree" in cudnn.backend_version_string()
+    h = cudnn.create_handle()                   # no GPU here: the CPU
+    assert h.device in ("local-task", "cuda", "hip")
