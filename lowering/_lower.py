@@ -154,10 +154,19 @@ def _dynamic(graph: GraphDesc, shape_spec):
             return d
         if isinstance(d, str):
             return syms[d]
-        raise LoweringError(f"derived dim {d.text()}: conv H/W that vary are not lowered yet", "unsupported")
+        key = d.text()
+        if key not in syms:
+            syms[key] = Sym(key, f"%dimd{len(syms)}")
+            derived[key] = d
+        return syms[key]
 
+    derived: dict = {}
     dyn = {t.uid: tuple(sym(d) for d in spec.dims[t.uid]) for t in graph.tensors}
+    dyn[_DERIVED] = tuple((syms[k], d) for k, d in derived.items())
     return spec, dyn
+
+
+_DERIVED = "derived"   # key of dyn holding (Sym, Derived) pairs: sizes computed from symbols at entry
 
 
 def _dyn_layout(lay, dims):
@@ -190,6 +199,18 @@ def _dim_lines(spec, dyn, bound, args) -> list[str]:
     missing = [s for s in spec.symbols if s not in done]
     if missing:
         raise LoweringError(f"symbols {missing} are carried by no bound tensor", "internal")
+    for n, (s, d) in enumerate(dyn[_DERIVED]):
+        v = f"%dim_{d.of}"
+        for j, step in enumerate(d.steps):
+            tag = f"{n}_{j}"
+            lines += [f"  %dimk{tag} = arith.constant {step.pad - step.extent} : index",
+                      f"  %dims{tag} = arith.constant {step.stride} : index",
+                      f"  %dima{tag} = arith.addi {v}, %dimk{tag} : index",
+                      # NOTE: the numerator is >= 0 for every size resolve() accepts: floor division
+                      f"  %dimq{tag} = arith.divsi %dima{tag}, %dims{tag} : index",
+                      f"  %dim1{tag} = arith.constant 1 : index"]
+            v = s.ssa if j == len(d.steps) - 1 else f"%dimv{tag}"
+            lines.append(f"  {v} = arith.addi %dimq{tag}, %dim1{tag} : index")
     return lines
 
 

@@ -11,7 +11,9 @@ Rules (per op; dims that must be equal across tensors are unified into one class
 - batch dims vary (matmul batch dims, conv/batchnorm N, sdpa B, axis 0 of norms);
 - sequence/token dims vary: matmul M, sdpa S_q and S_kv, the non-normalized axes of
   layernorm/rmsnorm, the kept axes of reductions, the spatial axes of batchnorm;
-- conv N varies (H/W only with ``conv_spatial=True``: output sizes are derived from the input's);
+- conv N varies; so do H and W of ungrouped 2-D conv_fprop (``conv_spatial``, on by default): the
+  output's sizes are derived from the input's (``(H + pad - extent) // stride + 1``); other convs
+  (grouped, 1-D, 3-D, dgrad, wgrad) keep H/W fixed;
 - fixed: channels, filter sizes, heads, head dims, matmul K and N, normalized axes, reduced axes,
   and any dim of size 1 that broadcasts against a larger dim (or against a varying one);
 - pointwise ops take what the other ops say about their dims; a graph of pointwise ops only
@@ -441,7 +443,8 @@ def _conv(f: _Facts, node, conv_spatial: bool):
     p = conv_params(at, rank)
     for i in range(rank):
         f.mark((w, 2 + i), _FIXED)
-        if conv_spatial and node.kind == OpKind.CONV_FPROP:
+        groups = dx[1] // max(dw[1], 1)
+        if conv_spatial and node.kind == OpKind.CONV_FPROP and rank == 2 and groups == 1:
             step = Step(p.pre[i] + p.post[i], p.dilation[i] * (dw[2 + i] - 1) + 1, p.stride[i])
             if step.pad == step.extent - 1 and step.stride == 1:
                 f.union((x, 2 + i), (y, 2 + i))          # 'same' padding: the size is kept
@@ -459,9 +462,9 @@ _RULES = {OpKind.POINTWISE: _pointwise, OpKind.MATMUL: _matmul, OpKind.REDUCTION
 _CONV = (OpKind.CONV_FPROP, OpKind.CONV_DGRAD, OpKind.CONV_WGRAD)
 
 
-def analyze(graph: GraphDesc, conv_spatial: bool = False) -> ShapeSpec:
-    """Which dims of ``graph``'s tensors may vary (module docstring). ``conv_spatial``: let conv_fprop's
-    H/W vary too (outputs derived from inputs)."""
+def analyze(graph: GraphDesc, conv_spatial: bool = True) -> ShapeSpec:
+    """Which dims of ``graph``'s tensors may vary (module docstring). ``conv_spatial``: let the H/W of
+    ungrouped 2-D conv_fprop vary too (outputs derived from inputs); False keeps every conv's H/W fixed."""
     f = _Facts(graph)
     for node in graph.nodes:
         if node.kind in _CONV:

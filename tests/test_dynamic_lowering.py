@@ -130,6 +130,19 @@ def conv(N, channels_last=False):
     return g
 
 
+def conv_hw(N, H, W, stride=2, channels_last=True):
+    g = hd.Graph(name="convhw", io_data_type=F)
+    if channels_last:
+        x = g.tensor(name="x", uid=1, dim=[N, 3, H, W], stride=[H * W * 3, 1, W * 3, 3])
+    else:
+        x = g.tensor(name="x", uid=1, dim=[N, 3, H, W])
+    w = g.tensor(name="w", uid=2, dim=[4, 3, 3, 3])
+    y = g.conv_fprop(x, w, padding=[1, 1], stride=[stride, stride])
+    b = g.tensor(name="b", uid=4, dim=[1, 4, 1, 1])
+    _out(g.pointwise(g.pointwise(y, b, mode=P.ADD), mode=P.RELU_FWD), 3)
+    return g
+
+
 def conv_dgrad(N):
     g = hd.Graph(name="dgrad", io_data_type=F)
     dy = g.tensor(name="dy", uid=1, dim=[N, 4, 6, 7])
@@ -181,6 +194,9 @@ CASES = {
     "gqa_block": (gqa_block, (6,), [(1,), (5,), (6,), (11,)]),
     "conv": (conv, (2,), [(1,), (3,), (2,)]),
     "conv_nhwc": (lambda N: conv(N, True), (2,), [(1,), (3,), (2,)]),
+    "conv_hw": (conv_hw, (2, 6, 7), [(1, 3, 1), (3, 5, 9), (2, 6, 7), (1, 1, 2)]),
+    "conv_hw_same": (lambda N, H, W: conv_hw(N, H, W, 1), (2, 6, 7), [(1, 1, 1), (3, 5, 9), (2, 6, 7)]),
+    "conv_hw_nchw": (lambda N, H, W: conv_hw(N, H, W, 2, False), (2, 6, 7), [(1, 3, 1), (3, 5, 9), (2, 6, 7)]),
     "conv_dgrad": (conv_dgrad, (2,), [(1,), (3,), (2,)]),
     "conv_wgrad": (conv_wgrad, (2,), [(1,), (3,), (2,)]),
 }
@@ -288,12 +304,12 @@ if __name__ == "__main__":     # writes the baseline (run once, before the dynam
 
 @pytest.mark.parametrize("target", ["rocm:gfx942", "cuda:sm_80"])
 def test_dynamic_modules_compile_for_gpus(cpu, target):
-    """The AMD/NVIDIA compile matrix: dynamic modules (matmul chain, fused SDPA, layernorm, conv N)
+    """The AMD/NVIDIA compile matrix: dynamic modules (matmul chain, fused SDPA, layernorm, conv N, conv N/H/W)
     compile for the GPU targets with the GPU policy (compile only: no GPU here)."""
     from hipdnn_iree.plugins.iree_linalg.compile import compile_mlir
     from hipdnn_iree.plugins.iree_linalg.targets import parse_target
     from lowering.graph_ir import OpKind
-    for name in ("mlp", "sdpa", "layernorm", "conv"):
+    for name in ("mlp", "sdpa", "layernorm", "conv", "conv_hw"):
         build, built, _ = CASES[name]
         data = _graph_bytes(build(*built), cpu)
         desc = decode_graph(data)

@@ -137,7 +137,7 @@ def _conv(cpu, stride=1, pad=1):
 
 
 def test_conv_n_varies_channels_and_filter_fixed(cpu):
-    s = analyze(_conv(cpu))
+    s = analyze(_conv(cpu), conv_spatial=False)
     assert s.varying() == {1: [0], 3: [0]}
     assert s.allowed(2, 2) == "fixed at 3"
 
@@ -167,3 +167,11 @@ def test_batch_made_by_a_broadcasting_matmul_stays_fixed(cpu):
     assert s.varying() == {1: [0], 100: [2]}
     assert s.allowed(100, 0) == "fixed at 1"
     assert s.resolve({1: (9, 16)})[100] == (1, 4, 9, 8)
+
+
+def test_grouped_conv_keeps_spatial_fixed(cpu):
+    g = hd.Graph(name="gconv", io_data_type=F)
+    x = g.tensor(name="x", uid=1, dim=[2, 4, 8, 8])
+    w = g.tensor(name="w", uid=2, dim=[4, 2, 3, 3])
+    _out(g.conv_fprop(x, w, padding=[1, 1]), 3)
+    assert analyze(_desc(g, cpu)).varying() == {1: [0], 3: [0]}

@@ -522,10 +522,14 @@ def lower_conv_fprop(ctx: LowerContext, node: NodeDesc) -> None:
     x, w = ctx.value(at.x_uid), ctx.value(at.w_uid)
     y_dims = ctx.dims(at.y_uid)
     _check_float(node, x, w)
-    p, groups = _geometry(node, x.shape, w.shape, y_dims, None)
+    # NOTE: checked at the built dims (the same as x.shape etc. for a static lowering)
+    p, groups = _geometry(node, ctx.tensor(at.x_uid).dims, w.shape, ctx.tensor(at.y_uid).dims, None)
     em, acc = ctx.em, ctx.compute_elem(node)
     out_sp, kern = y_dims[2:], w.shape[2:]
     pol = ctx.policy
+    if not is_static(x.shape[2:]):
+        ctx.define(at.y_uid, _conv_dynamic_spatial(node, em, x, w, groups, p, out_sp, acc, pol))
+        return
     if pol.conv3d_as_2d and p.rank == 3 and groups == 1:
         ctx.define(at.y_uid, _conv3d_as_2d(em, x, w, p, out_sp, acc))
         return
@@ -541,6 +545,43 @@ def lower_conv_fprop(ctx: LowerContext, node: NodeDesc) -> None:
     xp = _place(em, x, p.pre, [1] * p.rank, extent)
     filt = w if groups == 1 else _split(em, w, 0, (groups, w.shape[0] // groups))
     ctx.define(at.y_uid, _conv(em, xp, filt, groups, p.stride, p.dilation, out_sp, acc))
+
+
+def _conv_dynamic_spatial(node: NodeDesc, em: Emitter, x: Value, w: Value, groups: int, p: ConvParams,
+                          out_sp: Sequence, acc: str, pol) -> Value:
+    """conv_fprop whose H/W vary (lowering/dynamic.py, ``conv_spatial``): ungrouped 2-D only. The input is
+    padded by the whole pre/post padding (a named conv reads the rows it needs of a larger input), in the
+    channels-last form on CPUs and the channels-first form elsewhere, as the static lowering chooses."""
+    if groups != 1 or p.rank != 2:
+        raise LoweringError(f"conv_fprop '{node.name}': varying spatial dims need an ungrouped 2-D convolution "
+                            f"(this one: {p.rank}-D, {groups} groups)", "unsupported")
+    cl = channels_last(pol, groups, w.shape)
+    xv = em.transpose(x, [0, 2, 3, 1]) if cl else x
+    sp = (1, 2) if cl else (2, 3)
+    shape = list(xv.shape)
+    for i, a in enumerate(sp):
+        extra = p.pre[i] + p.post[i]
+        d = shape[a]
+        if extra and isinstance(d, Sym):
+            c = em.op(f"arith.constant {extra} : index", "c")
+            shape[a] = Sym(f"({d.name} + {extra})", em.op(f"arith.addi {d.ssa}, {c} : index", "dim"))
+        elif extra:
+            shape[a] = d + extra
+    low, high = [0] * 4, [0] * 4
+    for i, a in enumerate(sp):
+        low[a], high[a] = p.pre[i], p.post[i]
+    xp = em.zero_pad(xv, low, high, tuple(shape)) if any(low) or any(high) else xv
+    attrs = _conv_attrs(p.stride, p.dilation)
+    n, k = x.shape[0], w.shape[0]
+    if not cl:
+        return _conv(em, xp, w, 1, p.stride, p.dilation, out_sp, acc)
+    filt = _barrier(em, em.transpose(w, [2, 3, 1, 0]))                       # [R, S, C, K]
+    out_shape = (n, *out_sp, k)
+    init = em.filled(out_shape, acc, 0.0)
+    t = tensor_type(out_shape, acc)
+    name = em.op(f"{_NAMED_CL[2]} {attrs} ins({xp.ssa}, {filt.ssa} : {xp.type}, {filt.type}) "
+                 f"outs({init} : {t}) -> {t}", "conv")
+    return em.transpose(Value(name, out_shape, acc), [0, 3, 1, 2])
 
 
 def _dgrad_filter(em: Emitter, w: Value, groups: int) -> Value:
