@@ -117,33 +117,58 @@ def _aligned_bytes(b: flatbuffers.Builder, data) -> int:
     return b.EndVector()
 
 
+def _parts(payload) -> list:
+    """The payload as buffers: a list of them (a plugin that gathers, see backend/plan.py), or one."""
+    return list(payload) if isinstance(payload, (list, tuple)) else [payload]
+
+
+def _encode_v1(env: Envelope, parts: list) -> bytes:
+    """The version-1 envelope around ``parts`` (the payload's buffers), each copied once.
+
+    NOTE: the envelope is built around a placeholder payload of ``n % 64`` zero bytes: every
+    alignment in it is of 64 bytes or less and is measured from the buffer's end, so the bytes
+    before and after the payload are those of the envelope built around the real payload, but
+    for the payload's length field; the result is then one join of those, the length and the
+    payload's buffers (a FlatBuffers builder would copy the payload in, and Output out again).
+    """
+    n = sum(len(p) for p in parts)
+    m = n % PAYLOAD_ALIGNMENT
+    b = flatbuffers.Builder(1024)
+    p = _aligned_bytes(b, bytes(m))
+    u = _uids(b, env.tensor_uids)
+    # NOTE: slot 5 is the hipDNN forks' `is_override_shape_enabled: bool = false`
+    # (tests/data/hipdnn_envelope_override_flag.fbs); written only when true, as flatc's
+    # builders leave a default out.
+    b.StartObject(6 if env.is_override_shape_enabled else 5)
+    b.PrependUint32Slot(0, env.version, 0)
+    b.PrependInt64Slot(1, env.engine_id, 0)
+    b.PrependInt64Slot(2, env.workspace_size, 0)
+    b.PrependUOffsetTRelativeSlot(3, u, 0)
+    b.PrependUOffsetTRelativeSlot(4, p, 0)
+    if env.is_override_shape_enabled:
+        b.PrependBoolSlot(5, True, False)
+    b.Finish(b.EndObject())
+    skeleton = memoryview(b.Output())
+    start = len(skeleton) - p + 4          # the payload's first byte (after its uint32 length)
+    return b"".join([skeleton[:start - 4], struct.pack("<I", n), *parts, skeleton[start + m:]])
+
+
 def encode(env: Envelope, signing_key=None, fill_digest: bool = True) -> bytes:
     """Serializes ``env``. Version 1: exactly the RFC's five fields, the payload 64-byte aligned.
+
+    ``env.plugin_payload`` may be a list of buffers (concatenated): version 1 then copies each
+    once, straight into the result (:func:`_encode_v1`).
 
     Version 2 writes hipdnn-iree 0.1.0's layout; only tests use it (damaged/old plans). There,
     the payload digest is filled in (unless ``fill_digest=False``) and a key adds the signature.
     """
-    payload = bytes(env.plugin_payload)
-    b = flatbuffers.Builder(len(payload) + 1024)
     if env.version == 1:
         if signing_key is not None:
             raise HipdnnError(Status.NOT_SUPPORTED, "the version-1 envelope has no signature field: the plugin "
                                                     "signs its own payload")
-        p = _aligned_bytes(b, payload)
-        u = _uids(b, env.tensor_uids)
-        # NOTE: slot 5 is the hipDNN forks' `is_override_shape_enabled: bool = false`
-        # (tests/data/hipdnn_envelope_override_flag.fbs); written only when true, as flatc's
-        # builders leave a default out.
-        b.StartObject(6 if env.is_override_shape_enabled else 5)
-        b.PrependUint32Slot(0, env.version, 0)
-        b.PrependInt64Slot(1, env.engine_id, 0)
-        b.PrependInt64Slot(2, env.workspace_size, 0)
-        b.PrependUOffsetTRelativeSlot(3, u, 0)
-        b.PrependUOffsetTRelativeSlot(4, p, 0)
-        if env.is_override_shape_enabled:
-            b.PrependBoolSlot(5, True, False)
-        b.Finish(b.EndObject())
-        return bytes(b.Output())
+        return _encode_v1(env, _parts(env.plugin_payload))
+    payload = b"".join(_parts(env.plugin_payload))
+    b = flatbuffers.Builder(len(payload) + 1024)
     if fill_digest:
         env = Envelope(**{**env.__dict__, "payload_sha256": hashlib.sha256(payload).digest()})
         if signing_key is not None:

@@ -224,8 +224,10 @@ def _serialize(plan: ExecutionPlanDescriptor, signing_key=None, version: int = _
     try:
         try:
             if takes_info:
+                # NOTE: gather=True: the plugin may return its payload as a list of buffers, which
+                # encode copies once, straight into the envelope (no joined copy in between)
                 info = _plan_info(engine_id, plan.workspace_size, plan.tensor_uids, signing_key=signing_key,
-                                  payload=payload, op_graph=plan.op_graph)
+                                  payload=payload, op_graph=plan.op_graph, gather=True)
                 serialized = plugin.serialize_execution_context(plan.context, plan.engine_config, plan_info=info)
             else:
                 serialized = plugin.serialize_execution_context(plan.context, plan.engine_config)
@@ -234,9 +236,14 @@ def _serialize(plan: ExecutionPlanDescriptor, signing_key=None, version: int = _
         except Exception as e:
             raise HipdnnError(Status.PLUGIN_ERROR, f"plugin {plugin_name(plugin)} failed to serialize its "
                                                    f"execution context: {type(e).__name__}: {e}") from None
-        if serialized is None or len(serialized) == 0:
+        if isinstance(serialized, list) and takes_info:   # buffers to concatenate (gather=True)
+            payload_bytes = [bytes(p) if not isinstance(p, (bytes, memoryview)) else p for p in serialized]
+            size = sum(len(p) for p in payload_bytes)
+        else:
+            payload_bytes = None if serialized is None else bytes(serialized)  # the envelope owns a copy
+            size = 0 if serialized is None else len(payload_bytes)
+        if size == 0:
             raise HipdnnError(Status.PLUGIN_ERROR, f"plugin {plugin_name(plugin)} returned an empty payload")
-        payload_bytes = bytes(serialized)  # the envelope owns a copy
     finally:
         if serialized is not None:
             plugin.destroy_serialized_execution_context(serialized)

@@ -109,7 +109,9 @@ class SerializablePlugin(Protocol):
     """Optional: compiled-plan serialization (RFC 0009)."""
 
     def serialize_execution_context(self, ctx, engine_config=None, **kw) -> bytes:
-        """The plugin payload of a built plan (bytes-like)."""
+        """The plugin payload of a built plan (bytes-like). When ``plan_info["gather"]`` is true (the
+        backend sets it), a list of bytes-like buffers to concatenate may be returned instead: the
+        backend copies each once, straight into the envelope."""
 
     def destroy_serialized_execution_context(self, serialized) -> None:
         """Always called once per serialized payload, error paths included."""

@@ -178,8 +178,9 @@ def _encode_index(entries: list[Entry]) -> bytes:
     return bytes(b.Output())
 
 
-def multi_target_body(modules: list[tuple[str, str, bytes]]) -> bytes:
-    """Kind-3 body: index, then each ``(target, target_device, vmfb)`` module 64-byte aligned."""
+def multi_target_parts(modules: list[tuple[str, str, bytes]]) -> list:
+    """Kind-3 body as buffers to concatenate (no module copied): index, then each
+    ``(target, target_device, vmfb)`` module 64-byte aligned (zero padding between)."""
     if not modules:
         raise ValueError("a multi-target payload needs at least one module")
     # NOTE: the index's size does not depend on the offsets' values (uint64 fields), as long as none
@@ -192,11 +193,39 @@ def multi_target_body(modules: list[tuple[str, str, bytes]]) -> bytes:
         pos = _round_up(pos + len(m), BODY_ALIGNMENT)
     index = _encode_index(entries)
     assert len(index) <= entries[0].offset, "kind-3 index outgrew its provisional size"
-    out = bytearray(pos)
-    out[:len(index)] = index
+    parts, at = [index], len(index)
     for (_, _, m), e in zip(modules, entries):
-        out[e.offset: e.offset + e.size] = m
-    return bytes(out)
+        parts += [bytes(e.offset - at), m]
+        at = e.offset + e.size
+    parts.append(bytes(pos - at))
+    return parts
+
+
+def multi_target_body(modules: list[tuple[str, str, bytes]]) -> bytes:
+    """Kind-3 body: index, then each ``(target, target_device, vmfb)`` module 64-byte aligned."""
+    return b"".join(multi_target_parts(modules))
+
+
+def pack_parts(body, kind: int = KIND_IREE_VMFB, metadata: Metadata | None = None, signing_key=None,
+               envelope: bytes = b"", minor: int = FORMAT_MINOR) -> list:
+    """:func:`pack` as buffers to concatenate: the header (fixed part, metadata, padding), then the
+    body's buffers as given (``body``: one buffer or a list of them), none of them copied."""
+    parts = list(body) if isinstance(body, list) else [body]
+    if minor == 0:
+        if signing_key is not None:
+            raise ValueError("FUSPLAN minor 0 has no signature field")
+        return [_HEADER.pack(MAGIC, FORMAT_MAJOR, 0, kind, FIXED_HEADER_SIZE), *parts]
+    digest = hashlib.sha256()
+    for p in parts:
+        digest.update(p)
+    meta = replace(metadata or Metadata(), body_sha256=digest.digest(), signature=b"")
+    if signing_key is not None:
+        sig = hmac.new(_key_bytes(signing_key), signed_contents(kind, minor, meta, envelope), hashlib.sha256).digest()
+        meta = replace(meta, signature=sig)
+    raw = _encode_metadata(meta)
+    header_size = _round_up(FIXED_HEADER_SIZE + len(raw), BODY_ALIGNMENT)
+    pad = header_size - FIXED_HEADER_SIZE - len(raw)
+    return [_HEADER.pack(MAGIC, FORMAT_MAJOR, minor, kind, header_size) + raw + bytes(pad), *parts]
 
 
 def pack(body, kind: int = KIND_IREE_VMFB, metadata: Metadata | None = None, signing_key=None,
@@ -206,19 +235,7 @@ def pack(body, kind: int = KIND_IREE_VMFB, metadata: Metadata | None = None, sig
     With ``minor >= 1`` the body digest is filled in, and with ``signing_key`` the signature over
     ``signed_contents`` (``envelope`` = :func:`envelope_fields` of the plan being written).
     """
-    body = bytes(body)
-    if minor == 0:
-        if signing_key is not None:
-            raise ValueError("FUSPLAN minor 0 has no signature field")
-        return _HEADER.pack(MAGIC, FORMAT_MAJOR, 0, kind, FIXED_HEADER_SIZE) + body
-    meta = replace(metadata or Metadata(), body_sha256=hashlib.sha256(body).digest(), signature=b"")
-    if signing_key is not None:
-        sig = hmac.new(_key_bytes(signing_key), signed_contents(kind, minor, meta, envelope), hashlib.sha256).digest()
-        meta = replace(meta, signature=sig)
-    raw = _encode_metadata(meta)
-    header_size = _round_up(FIXED_HEADER_SIZE + len(raw), BODY_ALIGNMENT)
-    pad = header_size - FIXED_HEADER_SIZE - len(raw)
-    return _HEADER.pack(MAGIC, FORMAT_MAJOR, minor, kind, header_size) + raw + bytes(pad) + body
+    return b"".join(pack_parts(bytes(body), kind, metadata, signing_key, envelope, minor))
 
 
 def _string(buf, pos: int, slot: int, what: str) -> str:

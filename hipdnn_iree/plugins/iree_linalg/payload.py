@@ -103,16 +103,19 @@ def serialize(ctx: IreeExecutionContext, plugin_version: str, plan_info=None) ->
         # NOTE: only override-shape plans say which dims vary: a restored one takes other shapes
         shape_spec=ctx.shape_spec.to_json() if ctx.shape_spec is not None and ctx.override else "")
     if len(variants) == 1:
-        kind, body = _fusplan.KIND_IREE_VMFB, variants[0][1]
+        kind, body = _fusplan.KIND_IREE_VMFB, [variants[0][1]]
     else:
         kind = _fusplan.KIND_MULTI_TARGET
-        body = _fusplan.multi_target_body([(str(t), devices[t.backend], bytes(v)) for t, v, _ in variants])
+        body = _fusplan.multi_target_parts([(str(t), devices[t.backend], v) for t, v, _ in variants])
     env = _fusplan.envelope_fields(info.get("engine_id", IREE_ENGINE_ID), info.get("workspace_size", 0),
                                    info.get("tensor_uids", sorted(t.uid for t in ctx.tensors)))
     try:
-        return _fusplan.pack(body, kind, meta, info.get("signing_key"), env)
+        parts = _fusplan.pack_parts(body, kind, meta, info.get("signing_key"), env)
     except TypeError as e:
         raise HipdnnError(Status.BAD_PARAM, f"signing_key: {e}") from None
+    # NOTE: a backend that says it gathers (plan_info "gather") takes the payload as buffers to
+    # concatenate and copies the module once, straight into the envelope; anyone else gets bytes.
+    return parts if info.get("gather") else b"".join(parts)
 
 
 def graph_from_serialized(session: IreeSession, serialized, plan_info=None) -> bytes:
