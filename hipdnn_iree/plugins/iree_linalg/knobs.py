@@ -15,6 +15,9 @@ Example:
 """
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
 from dataclasses import dataclass
 
 from hipdnn_iree.plugin_sdk.engine_config import HeurMode, Knob
@@ -37,9 +40,72 @@ KNOBS = (
     Knob("IM2COL", (AUTO, "ON", "OFF"), AUTO,
          "convolutions as im2col + matmul (AUTO: on for CPU graphs whose convs are all 1-D, with data tiling)"),
     Knob("OPT_LEVEL", (AUTO, "O0", "O1", "O2", "O3"), AUTO, "--iree-opt-level (AUTO: IREE's default)"),
+    Knob("GPU_MATMUL_TILE", (AUTO, "32X128", "64X64", "64X128"), AUTO,
+         "GPU only: every 2-D matmul dispatch (M, N, K loops) compiled with IREE's TileAndFuse pipeline and an "
+         "MxN workgroup tile (K step 32, 256 threads), set through a transform-dialect tuning spec (AUTO: IREE's "
+         "own choice per dispatch)"),
 )
 KNOB_NAMES = tuple(k.name for k in KNOBS)
 IM2COL_FLAG = CPU_CONV1D_FLAGS[0]
+
+# NOTE: IREE 3.13 ignores --iree-codegen-tuning-spec-path on CUDA (its materialize pass never sees the
+# path), but --iree-codegen-transform-dialect-library=<file>@__kernel_config is applied before IREE picks
+# a lowering strategy. The spec annotates each (parallel, parallel, reduction) linalg op with two inputs
+# (a matmul, its transposed-operand variants, mixed f32 x f16 included) with a compilation_info.
+_TILE_SPEC = """module @hipdnn_iree_gpu_matmul_tile attributes {{ transform.with_named_sequence }} {{
+  transform.named_sequence @match_mm(%op: !transform.any_op {{transform.readonly}}) -> (!transform.any_op) {{
+    transform.match.operation_name %op ["linalg.generic", "linalg.matmul"] : !transform.any_op
+    %s = transform.match.structured %op : (!transform.any_op) -> !transform.any_op {{
+    ^bb0(%l: !transform.any_op):
+      %rank = transform.match.structured.rank %l : (!transform.any_op) -> !transform.param<i64>
+      %three = transform.param.constant 3 : i64 -> !transform.param<i64>
+      transform.match.param.cmpi eq %rank, %three : !transform.param<i64>
+      %ins = transform.match.structured.num_inputs %l : (!transform.any_op) -> !transform.param<i64>
+      %two = transform.param.constant 2 : i64 -> !transform.param<i64>
+      transform.match.param.cmpi eq %ins, %two : !transform.param<i64>
+      "transform.match.structured.dim"(%l) <{{raw_dim_list = array<i64: 0, 1>, parallel}}> : (!transform.any_op) -> ()
+      "transform.match.structured.dim"(%l) <{{raw_dim_list = array<i64: 2>, reduction}}> : (!transform.any_op) -> ()
+      transform.match.structured.yield %l : !transform.any_op
+    }}
+    transform.yield %op : !transform.any_op
+  }}
+  transform.named_sequence @apply_mm(%op: !transform.any_op {{transform.readonly}}) {{
+    %cfg = transform.param.constant #iree_codegen.compilation_info<
+      lowering_config = #iree_gpu.lowering_config<{{workgroup = [{m}, {n}, 0], reduction = [0, 0, 32], thread = [{tm}, {tn}, 0]}}>,
+      translation_info = #iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<TileAndFuse> workgroup_size = [32, 8, 1] subgroup_size = 32>
+    > -> !transform.any_param
+    transform.annotate %op "compilation_info" = %cfg : !transform.any_op, !transform.any_param
+    transform.yield
+  }}
+  transform.named_sequence @__kernel_config(%v: !transform.any_op {{transform.consumed}}) -> (!transform.any_op)
+      attributes {{ iree_codegen.tuning_spec_entrypoint }} {{
+    %r = transform.foreach_match in %v @match_mm -> @apply_mm : (!transform.any_op) -> (!transform.any_op)
+    transform.yield %r : !transform.any_op
+  }}
+}}
+"""
+
+
+def tile_spec_text(tile: str) -> str:
+    """The transform-dialect spec for a ``GPU_MATMUL_TILE`` value ``"MXN"`` (32 x 8 threads)."""
+    m, n = (int(v) for v in tile.upper().split("X"))
+    return _TILE_SPEC.format(m=m, n=n, tm=m // 32, tn=n // 8)
+
+
+def tile_spec_flag(tile: str) -> str:
+    """The compiler flag that applies ``tile``: the spec is written once to a file named by its hash, so
+    the flag (part of the compile cache key) changes whenever the spec's text does."""
+    text = tile_spec_text(tile)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    folder = os.path.join(tempfile.gettempdir(), "hipdnn-iree-specs")
+    path = os.path.join(folder, f"gpu_matmul_tile_{tile}_{digest}.mlir")
+    if not os.path.exists(path):
+        os.makedirs(folder, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    return f"--iree-codegen-transform-dialect-library={path}@__kernel_config"
 
 
 @dataclass(frozen=True)
@@ -116,6 +182,8 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict) -> Resolved:
         flags.append(IM2COL_FLAG)
     if get("OPT_LEVEL") != AUTO:
         flags.append(f"--iree-opt-level={get('OPT_LEVEL')}")
+    if not cpu and get("GPU_MATMUL_TILE") != AUTO and OpKind.MATMUL in kinds:
+        flags.append(tile_spec_flag(get("GPU_MATMUL_TILE")))
     return Resolved(policy, tuple(flags))
 
 
@@ -140,7 +208,8 @@ def candidates(target: Target, summary: GraphSummary, mode: HeurMode, tuned: dic
     else:
         out = [base]
         relevant = {"SDPA_FORM": OpKind.SDPA in summary.kinds, "CONV_LAYOUT": summary.has_conv,
-                    "DATA_TILING": True, "IM2COL": summary.has_conv, "OPT_LEVEL": True}
+                    "DATA_TILING": True, "IM2COL": summary.has_conv, "OPT_LEVEL": True,
+                    "GPU_MATMUL_TILE": not cpu and OpKind.MATMUL in summary.kinds}
         for knob in KNOBS:
             if not relevant[knob.name]:
                 continue
