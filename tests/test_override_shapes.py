@@ -76,10 +76,10 @@ def _sdpa(g, p):
 
 
 def _conv(g, p):
-    n = p["N"]
-    x, w = g.tensor(uid=1, dim=[n, 4, 9, 9]), g.tensor(uid=2, dim=[6, 4, 3, 3])
-    g.conv_fprop(x, w, padding=[1, 1], stride=[1, 1], dilation=[1, 1]).set_output(True).set_uid(100)
-    return {1: [n, 4, 9, 9], 2: [6, 4, 3, 3]}
+    n, h, w_ = p["N"], p["S"] + 3, p["T"] + 2     # H and W vary too; stride 2: derived output sizes
+    x, w = g.tensor(uid=1, dim=[n, 4, h, w_]), g.tensor(uid=2, dim=[6, 4, 3, 3])
+    g.conv_fprop(x, w, padding=[1, 1], stride=[2, 2], dilation=[1, 1]).set_output(True).set_uid(100)
+    return {1: [n, 4, h, w_], 2: [6, 4, 3, 3]}
 
 
 BASE = {"N": 4, "S": 6, "T": 6}
@@ -88,7 +88,7 @@ SWEEP = {"N": (1, 3, 7), "S": (1, 5, 13), "T": (1, 7, 12)}
 FAMILIES = {  # family -> (builder, the symbols that vary)
     "pointwise": (_pointwise, "NS"), "matmul": (_matmul, "NS"), "reduction": (_reduction, "NS"),
     "batchnorm": (_batchnorm, "NS"), "layernorm": (_layernorm, "NS"), "rmsnorm": (_rmsnorm, "NS"),
-    "sdpa": (_sdpa, "NST"), "conv_fprop": (_conv, "N"),
+    "sdpa": (_sdpa, "NST"), "conv_fprop": (_conv, "NST"),
 }
 
 
