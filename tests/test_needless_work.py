@@ -141,3 +141,24 @@ def test_serialize_copies_the_module_once(cpu, rng):
     out = np.zeros((64, 64), np.float32)
     r.execute(cpu, {1: a, 2: b, 3: out})
     np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_compile_cache_writes_the_module_without_copying_it(tmp_path, rng):
+    """A cache entry is written as header, meta and the module's own buffer (before: meta + module,
+    then header + body: two copies); what is read back is the module."""
+    import tracemalloc
+    from hipdnn_iree.plugins.iree_linalg import cache as _cache
+    store = _cache.CompileCache(str(tmp_path), 1 << 30)
+    vmfb = rng.integers(0, 256, 4 << 20, dtype=np.uint8).tobytes()
+    module = _cache.CachedModule(vmfb, {"entry": "main"}, 1, ("--flag",), None, "test")
+    key = "ab" * 32
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        assert store.put(key, module)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert peak < 0.25 * len(vmfb), peak
+    got = store.get(key)
+    assert got is not None and got.vmfb == vmfb and got.abi == {"entry": "main"} and got.flags == ("--flag",)

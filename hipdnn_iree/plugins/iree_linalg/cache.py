@@ -290,9 +290,10 @@ class CompileCache:
     # -- write ---------------------------------------------------------------------------
     def put(self, key: str, module: CachedModule) -> bool:
         """Stores ``module`` under ``key`` atomically, then evicts past the cap. False if not stored."""
-        data = encode_entry(key, module)
-        if len(data) > self.max_bytes:
-            _LOG.info("compile cache: a %d-byte entry is over the %d-byte cap; not stored", len(data), self.max_bytes)
+        parts = encode_entry_parts(key, module)   # NOTE: written as is: the module is not copied
+        size = sum(len(p) for p in parts)
+        if size > self.max_bytes:
+            _LOG.info("compile cache: a %d-byte entry is over the %d-byte cap; not stored", size, self.max_bytes)
             return False
         path = self.path_of(key)
         try:
@@ -303,7 +304,7 @@ class CompileCache:
             return False
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                f.writelines(parts)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)   # NOTE: atomic; concurrent writers of one key each leave a whole entry
@@ -366,15 +367,20 @@ class CompileCache:
 
 
 # -- entry codec -------------------------------------------------------------------------
-def encode_entry(key: str, module: CachedModule) -> bytes:
+def encode_entry_parts(key: str, module: CachedModule) -> list:
+    """An entry as buffers to write one after another: header, meta, the module (not copied)."""
     meta = json.dumps({"key": key, "dispatch_count": module.dispatch_count, "abi": module.abi,
                        "flags": list(module.flags), "mlir": module.mlir,
                        "compiler_version": module.compiler_version, "created": time.time()},
                       separators=(",", ":")).encode("utf-8")
-    body = meta + bytes(module.vmfb)
-    header = _HEADER.pack(MAGIC, ENTRY_FORMAT, _HEADER.size, len(meta), len(module.vmfb),
-                          hashlib.sha256(body).digest())
-    return header + body
+    digest = hashlib.sha256(meta)
+    digest.update(module.vmfb)
+    header = _HEADER.pack(MAGIC, ENTRY_FORMAT, _HEADER.size, len(meta), len(module.vmfb), digest.digest())
+    return [header, meta, module.vmfb]
+
+
+def encode_entry(key: str, module: CachedModule) -> bytes:
+    return b"".join(encode_entry_parts(key, module))
 
 
 def decode_entry(data: bytes, key: str | None = None) -> CachedModule:
