@@ -213,6 +213,7 @@ class pygraph:
         self._baked = None
         self._restored = False
         self._plan_tensors = None
+        self._last_pack = None
 
     @property
     def hd_graph(self) -> Graph:
@@ -734,7 +735,18 @@ class pygraph:
 
     def _run(self, variant_pack, handle, index):
         h = check(handle) if handle is not None else (self._handle or _default_handle())
-        values, pack = self._pack(variant_pack, h.hd)
+        # NOTE: a loop that passes the same tensors again reuses the last translation when it bound
+        # the caller's own objects (no by-address view, no pass-by-value copy): hd's checks still run.
+        key = (id(h), *map(id, variant_pack), *map(id, variant_pack.values())) if type(variant_pack) is dict \
+            else None
+        last = self._last_pack
+        if key is not None and last is not None and last[0] == key:
+            values, pack = {}, last[1]
+        else:
+            values, pack = self._pack(variant_pack, h.hd)
+            own = {id(v) for v in variant_pack.values()}
+            self._last_pack = (key, pack, variant_pack.copy()) if key is not None and not values and \
+                all(id(v) in own for v in pack.values()) else None
         if not self._restored:
             self._ensure_plans(values)
         if h.stream is not None:
@@ -879,3 +891,4 @@ def _add_simple_ops():
 
 
 _add_simple_ops()
+pygraph.scaled_dot_product_flash_attention = pygraph.sdpa      # cuDNN FE 1.0's name for sdpa
