@@ -161,16 +161,6 @@ def schema_spec(kind: "OpKind", rename: dict) -> tuple:
     return tuple(out)
 
 
-def schema_enum(kind: "OpKind", attr: str) -> str | None:
-    """The graph.fbs enum type of ``kind``'s attribute ``attr`` (None when not an enum)."""
-    cls = ATTRS_BY_KIND[kind]
-    for fname, name, _ in cls.SPEC:
-        if name == attr:
-            typ = dict((f, t) for f, t, _ in T.TABLES[TABLE_NAMES[int(kind)]])[fname]
-            return typ if typ in T.ENUMS else None
-    return None
-
-
 @dataclass(frozen=True)
 class _Attrs:
     KIND: ClassVar[OpKind]
@@ -199,6 +189,12 @@ class _Attrs:
     def unsupported(self) -> str | None:
         """Why this project cannot run the node as written (a field it does not honour), or None."""
         return None
+
+    @classmethod
+    def from_schema(cls, values: dict) -> dict:
+        """The decoded fields (attribute name -> value) as this class takes them; an op whose schema
+        says one thing two ways maps them to one here."""
+        return values
 
     def _set(self, *names) -> list[str]:
         """Those of ``names`` whose value is not the schema's default."""
@@ -433,6 +429,13 @@ class SdpaAttrs(_Attrs):
     diagonal_alignment: int = 0
     mma_core_mode: int = 0
     implementation: int = 0
+
+    @classmethod
+    def from_schema(cls, values: dict) -> dict:
+        if not values["is_causal"] and values["right_bound"] == 0 and values["left_bound"] is None \
+                and values["diagonal_alignment"] == 0:
+            values["is_causal"], values["right_bound"] = True, None   # causal said the newer way: the same graph
+        return values
 
     def unsupported(self):
         bad = self._set(*_SDPA_UNHONOURED)
@@ -858,11 +861,8 @@ def _decode_attrs(buf, n, kind: OpKind, what: str) -> _Attrs:
         else:
             v = int(v)
         out[name] = v
-    if kind == OpKind.SDPA and not out["is_causal"] and out["right_bound"] == 0 and out["left_bound"] is None \
-            and out["diagonal_alignment"] == 0:
-        out["is_causal"], out["right_bound"] = True, None   # causal said the newer way: the same graph
     try:
-        return cls(**out)
+        return cls(**cls.from_schema(out))
     except (TypeError, ValueError) as e:
         raise LoweringError(f"op graph: {what}: bad attributes ({e})") from None
 
