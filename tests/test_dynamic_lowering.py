@@ -143,6 +143,22 @@ def conv_hw(N, H, W, stride=2, channels_last=True):
     return g
 
 
+def conv1d(N):
+    g = hd.Graph(name="conv1d", io_data_type=F)
+    x = g.tensor(name="x", uid=1, dim=[N, 4, 9])
+    w = g.tensor(name="w", uid=2, dim=[5, 4, 3])
+    _out(g.conv_fprop(x, w, padding=[1], stride=[2]), 3)
+    return g
+
+
+def conv3d(N):
+    g = hd.Graph(name="conv3d", io_data_type=F)
+    x = g.tensor(name="x", uid=1, dim=[N, 2, 4, 5, 5])
+    w = g.tensor(name="w", uid=2, dim=[3, 2, 3, 3, 3])
+    _out(g.conv_fprop(x, w, padding=[1, 1, 1]), 3)
+    return g
+
+
 def conv_dgrad(N):
     g = hd.Graph(name="dgrad", io_data_type=F)
     dy = g.tensor(name="dy", uid=1, dim=[N, 4, 6, 7])
@@ -163,10 +179,10 @@ def conv_wgrad(N):
     return g
 
 
-def gqa_block(S):
+def gqa_block(S, dt=F):
     """Llama-style: rmsnorm over tokens [S, E], per-head projections (weights [1, H, E, D] transposed
     through strides), causal GQA sdpa, output BSHD: the batch (1, made by the matmul) stays fixed."""
-    g = hd.Graph(name="gqa", io_data_type=F, compute_data_type=F)
+    g = hd.Graph(name="gqa", io_data_type=dt, compute_data_type=F)
     x = g.tensor(name="x", uid=1, dim=[S, 16])
     gamma = g.tensor(name="norm_scale", uid=2, dim=[1, 16])
     xn = g.rmsnorm(x, gamma, epsilon=1e-5)
@@ -197,6 +213,8 @@ CASES = {
     "conv_hw": (conv_hw, (2, 6, 7), [(1, 3, 1), (3, 5, 9), (2, 6, 7), (1, 1, 2)]),
     "conv_hw_same": (lambda N, H, W: conv_hw(N, H, W, 1), (2, 6, 7), [(1, 1, 1), (3, 5, 9), (2, 6, 7)]),
     "conv_hw_nchw": (lambda N, H, W: conv_hw(N, H, W, 2, False), (2, 6, 7), [(1, 3, 1), (3, 5, 9), (2, 6, 7)]),
+    "conv1d": (conv1d, (2,), [(1,), (3,), (2,)]),
+    "conv3d": (conv3d, (2,), [(1,), (3,), (2,)]),
     "conv_dgrad": (conv_dgrad, (2,), [(1,), (3,), (2,)]),
     "conv_wgrad": (conv_wgrad, (2,), [(1,), (3,), (2,)]),
 }
@@ -321,3 +339,9 @@ def test_dynamic_modules_compile_for_gpus(cpu, target):
         flags = t.graph_flags({n.kind for n in desc.nodes},
                               conv_ranks=[2] if any(n.kind == OpKind.CONV_FPROP for n in desc.nodes) else ())
         assert compile_mlir(lowered.mlir, t, tuple(flags)).vmfb
+    if target.startswith("cuda"):
+        # f16 projections feeding sdpa's V: the CUDA tensor-core barrier (lowering/ops/matmul.py) with ? dims
+        data = _graph_bytes(gqa_block(6, H), cpu)
+        lowered = lower(data, target=target, shape_spec=analyze(decode_graph(data)))
+        assert "compute_barrier.start" in lowered.mlir and "?x" in lowered.mlir
+        assert compile_mlir(lowered.mlir, parse_target(target)).vmfb

@@ -173,9 +173,20 @@ def _split(em: Emitter, v: Value, axis: int, parts: tuple[int, int]) -> Value:
     return Value(name, shape, v.elem)
 
 
+def _dim_mul(em: Emitter, a, b):
+    """``a * b`` for sizes that may vary (Sym): an int when both are fixed, else a Sym whose index value
+    is computed here (later ``tensor.empty``/``expand_shape`` ops read it)."""
+    if is_static((a, b)):
+        return a * b
+    if a == 1 or b == 1:
+        return b if a == 1 else a
+    x, y = (str(d) if isinstance(d, Sym) else em.op(f"arith.constant {d} : index", "c") for d in (a, b))
+    return Sym(f"({getattr(a, 'name', a)} * {getattr(b, 'name', b)})", em.op(f"arith.muli {x}, {y} : index", "dim"))
+
+
 def _merge(em: Emitter, v: Value, axis: int) -> Value:
     """``tensor.collapse_shape`` of axes ``axis`` and ``axis + 1`` into one."""
-    shape = v.shape[:axis] + (v.shape[axis] * v.shape[axis + 1],) + v.shape[axis + 2:]
+    shape = v.shape[:axis] + (_dim_mul(em, v.shape[axis], v.shape[axis + 1]),) + v.shape[axis + 2:]
     groups = [[i] for i in range(axis)] + [[axis, axis + 1]] + [[i] for i in range(axis + 2, len(v.shape))]
     reassoc = "[" + ", ".join("[" + _ints(g) + "]" for g in groups) + "]"
     name = em.op(f"tensor.collapse_shape {v.ssa} {reassoc} : {v.type} into {tensor_type(shape, v.elem)}", "r")
@@ -475,7 +486,7 @@ def _conv3d_as_2d(em: Emitter, x: Value, w: Value, p: ConvParams, out_sp: Sequen
     od, oh, ow = out_sp
     hp, wp = extent[1], extent[2]
     attrs = _conv_attrs(p.stride[1:], p.dilation[1:])
-    out_shape = (n * od, oh, ow, k)
+    out_shape = (_dim_mul(em, n, od), oh, ow, k)
     t = tensor_type(out_shape, acc)
     out = em.filled(out_shape, acc, 0.0)
     xs_shape, f_shape = (n, od, hp, wp, c), (1, *kern[1:], c, k)

@@ -12,7 +12,7 @@ V operand, which IREE transposes for its attention kernel). On CUDA targets the 
 from __future__ import annotations
 
 from lowering._context import LowerContext
-from lowering._emit import FLOAT_TYPES, Value
+from lowering._emit import FLOAT_TYPES, Value, dyn_operands
 from lowering._registry import register_lowering
 from lowering.graph_ir import LoweringError, NodeDesc, OpKind
 from lowering.ops.pointwise import broadcast_shape
@@ -59,7 +59,9 @@ def propagation_barrier(em, v: Value) -> Value:
     same place also keeps the contraction right, but it survives into the stream schedule (two
     submissions and a device->host sync per call: 0.27 -> 0.44 ms on an H200).
     """
-    name = em.op(f"iree_tensor_ext.compute_barrier.start {v.ssa} : {v.type} -> {v.type}", "bar")
+    dims = dyn_operands(v.shape)
+    name = em.op(f"iree_tensor_ext.compute_barrier.start {v.ssa} : {v.type}{'{' + dims + '}' if dims else ''} "
+                 f"-> {v.type}", "bar")
     return Value(name, v.shape, v.elem)
 
 
