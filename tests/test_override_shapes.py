@@ -228,6 +228,17 @@ def test_kernel_cache_builds_of_other_shapes_compile_nothing(handle, rng, monkey
         g.execute(handle, {1: a, 2: b, 3: bias, 100: c})
         assert_close(c, a.astype(np.float64) @ b + bias, F, what=f"kernel-cache plan {n}x{m}")
         assert [t.dims for t in g.get_compiled_plan_tensors() if t.uid == 1] == [(n, m, 32)]
+    # a kernel-cache plan serialized and restored keeps its own dims and takes no overrides
+    g, n, m = graphs[2]
+    r = hd.Graph.from_compiled_plan(handle, g.serialize_compiled_plan())
+    assert not r.is_override_shape_enabled()
+    assert [t.dims for t in r.get_compiled_plan_tensors() if t.uid == 1] == [(n, m, 32)]
+    a, b, bias = random_array([n, m, 32], rng=rng), random_array([32, 24], rng=rng), random_array([1, 1, 24], rng=rng)
+    c = np.full((n, m, 24), np.nan, np.float32)
+    r.execute(handle, {1: a, 2: b, 3: bias, 100: c})
+    assert_close(c, a.astype(np.float64) @ b + bias, F, what="restored kernel-cache plan")
+    raises(S.BAD_PARAM, lambda: r.execute(handle, {1: a, 2: b, 3: bias, 100: c}, override_uids=[1],
+                                          override_shapes=[[n, m, 32]]), match="override shapes enabled")
     # another topology (K differs) compiles
     g = hd.Graph(io_data_type=F).set_kernel_cache(kc)
     a, b = g.tensor(uid=1, dim=[4, 6, 16]), g.tensor(uid=2, dim=[16, 24])
@@ -310,7 +321,7 @@ def test_envelope_slot_5_as_the_forks_define_it(handle):
             spec = json.loads(meta.shape_spec)
             assert spec["tensors"]["1"]["built"] == [4, 6, 32]
         else:
-            assert meta.shape_spec == ""
+            assert meta.shape_spec == ""      # a static plan
 
 
 _TMP = []

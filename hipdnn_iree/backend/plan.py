@@ -335,7 +335,7 @@ def create_and_deserialize_execution_plan(handle: Handle, serialized_plan, verif
     if takes_info:
         info = _plan_info(env.engine_id, env.workspace_size, env.tensor_uids,
                           verify_key=None if legacy else verify_key, envelope_layout=env.layout,
-                          envelope_checked=legacy)
+                          envelope_checked=legacy, is_override_shape_enabled=env.is_override_shape_enabled)
         ctx = rm.call(plugin, "create_execution_context_from_serialized", env.plugin_payload, plan_info=info)
     else:
         ctx = rm.call(plugin, "create_execution_context_from_serialized", bytes(env.plugin_payload))

@@ -101,7 +101,10 @@ def serialize(ctx: IreeExecutionContext, plugin_version: str, plan_info=None) ->
         target_arch=",".join(str(v[0]) for v in variants),
         engine_name=ctx.engine_name, engine_knobs=json.dumps(ctx.knobs, sort_keys=True, separators=(",", ":")),
         # NOTE: only override-shape plans say which dims vary: a restored one takes other shapes
-        shape_spec=ctx.shape_spec.to_json() if ctx.shape_spec is not None and ctx.override else "")
+        # NOTE: dynamic plans say which dims vary (their module may come from a kernel cache, built
+        # at other dims: the spec has the plan's own); the envelope's slot 5 says whether a restored
+        # plan takes other shapes (override-shape plans only)
+        shape_spec=ctx.shape_spec.to_json() if ctx.shape_spec is not None else "")
     if len(variants) == 1:
         kind, body = _fusplan.KIND_IREE_VMFB, [variants[0][1]]
     else:
@@ -284,7 +287,7 @@ def restore(session: IreeSession, serialized, plan_info=None) -> IreeExecutionCo
                 ctx.shape_spec = ShapeSpec.from_json(meta.shape_spec)
             except (LoweringError, ValueError, KeyError, TypeError) as e:
                 raise HipdnnError(Status.PLUGIN_ERROR, f"FUSPLAN metadata shape_spec is unreadable: {e}") from None
-            ctx.override = True
+            ctx.override = bool(info.get("is_override_shape_enabled", True))
             # NOTE: the module may come from a kernel cache (built at another graph's dims): the
             # plan's own dims are the spec's built dims
             ctx.tensors = [_at_built(t, ctx.shape_spec) for t in ctx.tensors]
