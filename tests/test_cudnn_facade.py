@@ -155,6 +155,26 @@ def test_rmsnorm_with_bias_and_batchnorm_inference(handle, gen):
     torch.testing.assert_close(y, (x - mean) * var * sc + bi, atol=1e-5, rtol=1e-5)
 
 
+def test_rmsnorm_training_returns_inv_variance(handle, gen):
+    x = gen(6, 16, 4, 4).to(memory_format=torch.channels_last)
+    scale, bias = gen(1, 16, 4, 4), gen(1, 16, 4, 4)
+    graph = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, intermediate_data_type=cudnn.data_type.FLOAT,
+                          compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+    X, S, B = graph.tensor_like(x), graph.tensor_like(scale), graph.tensor_like(bias)
+    eps = graph.tensor(name="epsilon", dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], is_pass_by_value=True,
+                       data_type=cudnn.data_type.FLOAT)
+    Y, inv_var = graph.rmsnorm(norm_forward_phase=cudnn.norm_forward_phase.TRAINING, input=X, scale=S, bias=B,
+                               epsilon=eps)
+    Y.set_output(True)
+    inv_var.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    ws = _build(graph)
+    y, iv = torch.empty_like(x), torch.empty(6, 1, 1, 1)
+    graph.execute({X: x, S: scale, B: bias, eps: torch.full((1, 1, 1, 1), 1e-3), Y: y, inv_var: iv}, ws)
+    ref_iv = torch.rsqrt(x.pow(2).mean(dim=(1, 2, 3), keepdim=True) + 1e-3)
+    torch.testing.assert_close(iv, ref_iv, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(y, x * ref_iv * scale + bias, atol=1e-4, rtol=1e-4)
+
+
 def test_sdpa_causal_grouped_query_scale(handle, gen):
     q, k, v = gen(1, 4, 16, 32), gen(1, 2, 24, 32), gen(1, 2, 24, 32)
     kk, vv = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
@@ -320,8 +340,6 @@ def test_where_cudnn_and_this_engine_differ_errors_are_clear(handle):
         g.sdpa(q=q, k=q, v=q, is_inference=False)
     with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="dropout"):
         g.sdpa(q=q, k=q, v=q, generate_stats=False, dropout=(0.1, q, q))
-    with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="TRAINING"):
-        g.rmsnorm(norm_forward_phase=cudnn.norm_forward_phase.TRAINING, input=q, scale=q, epsilon=1e-5)
     with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="ragged"):
         g.tensor(name="R", dim=[4], stride=[1], ragged_offset=q)
     g2 = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, handle=handle)

@@ -443,21 +443,36 @@ class pygraph:
 
     @_translate
     def rmsnorm(self, norm_forward_phase, input, scale, bias=None, epsilon=None, compute_data_type=None, name=""):
+        """``(Y, inv_variance)``: ``inv_variance`` is None in INFERENCE; in TRAINING it has dims
+        ``[N, 1, ...]`` (the statistic over every axis but the batch axis, as cuDNN's) and the
+        graph computes it with pointwise and reduction nodes (this engine's RMSNorm node has no
+        statistics output)."""
         phase = E.to_hd(E.HD_PHASE, norm_forward_phase, "rmsnorm norm_forward_phase")
-        if phase == E.HD_PHASE.TRAINING:
-            _unsupported("rmsnorm: the TRAINING phase (an inv_variance output) is not lowered by this engine; "
-                         "use norm_forward_phase=INFERENCE")
         if epsilon is None:
             raise HipdnnError(Status.BAD_PARAM, "rmsnorm: epsilon is required")
-        y = self._hd.rmsnorm(self._in(input), self._in(scale, "scale"),
-                             epsilon=self._scalar(epsilon, "rmsnorm epsilon"),
-                             compute_data_type=self._cdt(compute_data_type), name=name or None)
+        eps = self._scalar(epsilon, "rmsnorm epsilon")
+        cdt = self._cdt(compute_data_type)
+        x = self._in(input)
+        inv = None
+        if phase == E.HD_PHASE.TRAINING:
+            dims = input.get_dim()
+            if not dims or len(dims) < 2:
+                raise HipdnnError(Status.BAD_PARAM, f"rmsnorm: input dims {dims}: TRAINING needs a batch axis and "
+                                                    "at least one normalized axis")
+            hd = self._hd
+            sq = hd.pointwise(x, x, mode=PointwiseMode.MUL, compute_data_type=cdt)
+            ms = hd.reduction(sq, mode=E.HD_REDUCTION.AVG, compute_data_type=cdt).set_dim([dims[0]] + [1] * (len(dims) - 1))
+            inv = hd.pointwise(hd.pointwise(ms, eps, mode=PointwiseMode.ADD, compute_data_type=cdt),
+                               mode=PointwiseMode.RSQRT, compute_data_type=cdt, name=name or None)
+            y = hd.pointwise(hd.pointwise(x, inv, mode=PointwiseMode.MUL, compute_data_type=cdt), self._in(scale, "scale"),
+                             mode=PointwiseMode.MUL, compute_data_type=cdt)
+        else:
+            y = self._hd.rmsnorm(x, self._in(scale, "scale"), epsilon=eps, compute_data_type=cdt, name=name or None)
         if bias is not None:   # cuDNN's rmsnorm adds its bias after the scale: an ADD node here
-            y = self._hd.pointwise(y, self._in(bias, "bias"), mode=PointwiseMode.ADD,
-                                   compute_data_type=self._cdt(compute_data_type))
+            y = self._hd.pointwise(y, self._in(bias, "bias"), mode=PointwiseMode.ADD, compute_data_type=cdt)
         out = self._wrap(y)
         self._stride_rules.append((out, input))
-        return out, None
+        return out, self._wrap(inv)
 
     # -- ops: attention ---------------------------------------------------------------------------
     @_translate
