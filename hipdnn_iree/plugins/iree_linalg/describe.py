@@ -265,8 +265,10 @@ def format_text(info: PlanInfo) -> str:
                    + (", ".join(f"{k}={v}" for k, v in sorted(cfg["knobs"].items())) or "none (the defaults)"))
     spec = d.get("shape_spec")
     if d.get("is_override_shape_enabled") or spec:
-        out.append(f"override shapes: enabled (envelope slot 5 is_override_shape_enabled = "
-                   f"{str(d.get('is_override_shape_enabled')).lower()})")
+        out.append("override shapes: enabled (envelope slot 5 is_override_shape_enabled = true)"
+                   if d.get("is_override_shape_enabled") else
+                   "dynamic shapes: the module takes the dims below; this plan runs at its built dims "
+                   "(override shapes not enabled: envelope slot 5 absent)")
         if spec and "varying" in spec:
             for u, dims in sorted(spec["allowed"].items()):
                 vary = spec["varying"].get(u, [])
