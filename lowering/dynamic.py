@@ -13,7 +13,8 @@ Rules (per op; dims that must be equal across tensors are unified into one class
   layernorm/rmsnorm, the kept axes of reductions, the spatial axes of batchnorm;
 - conv N varies; so do H and W of ungrouped 2-D conv_fprop (``conv_spatial``, on by default): the
   output's sizes are derived from the input's (``(H + pad - extent) // stride + 1``); other convs
-  (grouped, 1-D, 3-D, dgrad, wgrad) keep H/W fixed;
+  (grouped, 1-D, 3-D, dgrad, wgrad) keep H/W fixed, and conv_wgrad keeps N fixed too (IREE 3.13
+  cannot compile its N-contraction with N dynamic for GPUs);
 - fixed: channels, filter sizes, heads, head dims, matmul K and N, normalized axes, reduced axes,
   and any dim of size 1 that broadcasts against a larger dim (or against a varying one);
 - pointwise ops take what the other ops say about their dims; a graph of pointwise ops only
@@ -435,7 +436,9 @@ def _conv(f: _Facts, node, conv_spatial: bool):
     x, w, y = at.x_uid, at.w_uid, at.y_uid
     dx, dw = f.dims(x), f.dims(w)
     f.union((x, 0), (y, 0))
-    f.mark((x, 0), _VARY, "N")
+    # NOTE: conv_wgrad contracts over N; with N dynamic IREE 3.13 fails to compile it for rocm and cuda
+    # ("'tensor.collapse_shape' op expected dimension 1 of collapsed type to be dynamic"), so N stays fixed
+    f.mark((x, 0), _FIXED if node.kind == OpKind.CONV_WGRAD else _VARY, "N")
     for u in (x, y, w):
         f.mark((u, 1), _FIXED)
     f.mark((w, 0), _FIXED)

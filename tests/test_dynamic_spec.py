@@ -175,3 +175,15 @@ def test_grouped_conv_keeps_spatial_fixed(cpu):
     w = g.tensor(name="w", uid=2, dim=[4, 2, 3, 3])
     _out(g.conv_fprop(x, w, padding=[1, 1]), 3)
     assert analyze(_desc(g, cpu)).varying() == {1: [0], 3: [0]}
+
+
+def test_wgrad_keeps_n_fixed(cpu):
+    """conv_wgrad contracts over N: IREE 3.13 cannot compile that with N dynamic for GPUs, so nothing varies."""
+    g = hd.Graph(name="wgrad", io_data_type=F)
+    dy = g.tensor(name="dy", uid=1, dim=[2, 4, 6, 7])
+    x = g.tensor(name="x", uid=2, dim=[2, 3, 6, 7])
+    dw = g.conv_wgrad(dy, x, padding=[1, 1])
+    dw.set_dim([4, 3, 3, 3])
+    _out(dw, 3)
+    s = analyze(_desc(g, cpu))
+    assert s.varying() == {} and s.allowed(1, 0) == "fixed at 2"
