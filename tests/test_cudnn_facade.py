@@ -194,6 +194,26 @@ def test_sdpa_causal_grouped_query_scale(handle, gen):
         torch.testing.assert_close(o, ref, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("causal,with_bias", [(True, False), (False, True)])
+def test_sdpa_training_stats(handle, gen, causal, with_bias):
+    q, k, v, bias = gen(2, 3, 8, 16), gen(2, 3, 12, 16), gen(2, 3, 12, 16), gen(1, 3, 8, 12)
+    graph = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, intermediate_data_type=cudnn.data_type.FLOAT,
+                          compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+    Q, K, V = graph.tensor_like(q), graph.tensor_like(k), graph.tensor_like(v)
+    B = graph.tensor_like(bias) if with_bias else None
+    O, stats = graph.sdpa(q=Q, k=K, v=V, attn_scale=0.25, bias=B, is_inference=False, use_causal_mask=causal)
+    O.set_output(True).set_dim(list(q.shape)).set_stride(list(q.stride()))
+    stats.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    ws = _build(graph)
+    o, st = torch.empty_like(q), torch.empty(2, 3, 8, 1)
+    graph.execute({Q: q, K: k, V: v, B: bias if with_bias else None, O: o, stats: st}, ws)
+    s = q @ k.transpose(-1, -2) * 0.25 + (bias if with_bias else 0)
+    if causal:
+        s = s.masked_fill(torch.ones(8, 12, dtype=torch.bool).triu(1), float("-inf"))
+    torch.testing.assert_close(st, torch.logsumexp(s, -1, keepdim=True), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(o, torch.softmax(s, -1) @ v, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("mode,fn", [(cudnn.reduction_mode.ADD, "sum"), (cudnn.reduction_mode.MAX, "amax")])
 def test_reduction(handle, gen, mode, fn):
     x = gen(3, 8, 5, 4)
@@ -336,8 +356,10 @@ def test_where_cudnn_and_this_engine_differ_errors_are_clear(handle):
         g.tensor(name="X", dim=[4, 4], stride=[4, 1], data_type=cudnn.data_type.FP8_E4M3)
     assert isinstance(e.value, hd.HipdnnError) and e.value.status == hd.Status.NOT_SUPPORTED
     q = g.tensor(name="Q", dim=[1, 1, 8, 16], stride=[128, 128, 16, 1])
-    with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="Stats"):
-        g.sdpa(q=q, k=q, v=q, is_inference=False)
+    kv = g.tensor(name="KV", dim=[1, 2, 8, 16], stride=[256, 128, 16, 1])
+    q4 = g.tensor(name="Q4", dim=[1, 4, 8, 16], stride=[512, 128, 16, 1])
+    with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="Stats with grouped-query"):
+        g.sdpa(q=q4, k=kv, v=kv, is_inference=False)
     with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="dropout"):
         g.sdpa(q=q, k=q, v=q, generate_stats=False, dropout=(0.1, q, q))
     with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="ragged"):

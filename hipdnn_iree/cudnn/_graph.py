@@ -214,6 +214,7 @@ class pygraph:
         self._restored = False
         self._plan_tensors = None
         self._last_pack = None
+        self._aliases = []                # (hd tensor, facade tensor): bound to the facade tensor's buffer
 
     @property
     def hd_graph(self) -> Graph:
@@ -484,9 +485,6 @@ class pygraph:
         if kwargs:
             raise TypeError(f"sdpa: unexpected keyword argument(s): {sorted(kwargs)}")
         stats = generate_stats if generate_stats is not None else (is_inference is False)
-        if stats:
-            _unsupported("sdpa: Stats (softmax statistics for training, generate_stats=True / is_inference=False) "
-                         "are not lowered by this engine; use generate_stats=False (inference)")
         for flag, what in ((use_alibi_mask, "use_alibi_mask"), (use_padding_mask, "use_padding_mask"),
                            (sliding_window_length is not None, "sliding_window_length"),
                            (dropout is not None, "dropout"), (rng_dump is not None, "rng_dump"),
@@ -509,7 +507,41 @@ class pygraph:
         o = self._hd.sdpa(self._in(q, "q"), self._in(k, "k"), self._in(v, "v"), attn_scale=scale, is_causal=causal,
                           mask=self._in(bias, "bias"), compute_data_type=self._cdt(compute_data_type),
                           name=name or None)
-        return self._wrap(o), None
+        st = self._sdpa_stats(q, k, scale, bias, causal) if stats else None
+        return self._wrap(o), st
+
+    def _sdpa_stats(self, q, k, scale, bias, causal):
+        """cuDNN's Stats, ``max + log(sum(exp(s - max)))`` of the scaled (masked) scores per query row
+        ([B, H, Sq, 1], FLOAT), composed from matmul, pointwise and reduction nodes: this engine's
+        SDPA node has no statistics output. K^T is K's buffer seen with its last two axes swapped
+        (an extra graph input bound to K's buffer at execute)."""
+        qd, kd, ks = q.get_dim(), k.get_dim(), k.get_stride()
+        if qd is None or kd is None or len(qd) != 4 or qd[1] != kd[1]:
+            _unsupported(f"sdpa: Stats with grouped-query heads (q dims {qd}, k dims {kd}) are not supported; "
+                         "generate_stats=False works")
+        hd = self._hd
+        F = DataType.FLOAT
+        kt = hd.tensor(name=f"{k.get_name()}::T", dim=[kd[0], kd[1], kd[3], kd[2]], stride=[ks[0], ks[1], ks[3], ks[2]],
+                       data_type=k._hd().get_data_type())
+        self._aliases.append((kt, k))
+        sc = hd.matmul(self._in(q), kt, compute_data_type=F)
+        factor = scale if scale is not None else 1.0 / math.sqrt(qd[3])
+        sc = hd.pointwise(sc, factor, mode=PointwiseMode.MUL, compute_data_type=F)
+        if bias is not None:
+            sc = hd.pointwise(sc, self._in(bias, "bias"), mode=PointwiseMode.ADD, compute_data_type=F)
+        if causal:   # NOTE: masked scores get -1e30: exp() of them is exactly 0, and no row is all masked
+            row = hd.pointwise(sc, mode=PointwiseMode.GEN_INDEX, axis=2, compute_data_type=F)
+            col = hd.pointwise(sc, mode=PointwiseMode.GEN_INDEX, axis=3, compute_data_type=F)
+            keep = hd.pointwise(row, col, mode=PointwiseMode.CMP_GE, compute_data_type=F)
+            sc = hd.pointwise(sc, -1e30, keep, mode=PointwiseMode.BINARY_SELECT, compute_data_type=F)
+        rows = [qd[0], qd[1], qd[2], 1]
+        mx = hd.reduction(sc, mode=E.HD_REDUCTION.MAX, compute_data_type=F).set_dim(rows)
+        e = hd.pointwise(hd.pointwise(sc, mx, mode=PointwiseMode.SUB, compute_data_type=F), mode=PointwiseMode.EXP,
+                         compute_data_type=F)
+        sm = hd.reduction(e, mode=E.HD_REDUCTION.ADD, compute_data_type=F).set_dim(rows)
+        st = hd.pointwise(mx, hd.pointwise(sm, mode=PointwiseMode.LOG, compute_data_type=F), mode=PointwiseMode.ADD,
+                          compute_data_type=F)
+        return self._wrap(st).set_data_type(E.data_type.FLOAT)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def _apply_stride_rules(self):
@@ -671,7 +703,7 @@ class pygraph:
         if not isinstance(variant_pack, dict):
             raise HipdnnError(Status.BAD_PARAM, f"variant_pack must be a dict, got {type(variant_pack).__name__}")
         by_uid = None
-        values, pack = {}, {}
+        values, pack, raw = {}, {}, {}
         for key, buf in variant_pack.items():
             if key is None or buf is None:
                 continue        # NOTE: cuDNN code passes optional outputs that are None (Stats): skipped
@@ -696,6 +728,10 @@ class pygraph:
             if t._t is None:
                 raise HipdnnError(Status.BAD_PARAM, f"tensor '{t.get_name()}' is not part of the graph")
             pack[t._t.get_uid()] = _by_address(t._t, buf)
+            raw[t] = buf
+        for alias, src in self._aliases:
+            if src in raw:
+                pack[alias.get_uid()] = _by_address(alias, raw[src])
         return values, pack
 
     def _restored_buffer(self, uid, buf, hd_handle):
