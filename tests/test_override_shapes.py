@@ -159,6 +159,26 @@ def test_explicit_overrides_and_torch_tensors(handle, rng):
         assert_close(c2, want, F, what=f"overrides at {n}x{m}")
 
 
+def test_buffers_allocated_once_at_the_largest_shape_bind_by_address(handle, rng):
+    """cuDNN's pattern: buffers allocated once at the largest shape, the call's shape in the
+    override arguments: the first elements of each buffer, in the tensor's memory order."""
+    g, _ = _graph(_matmul, BASE, override=True)
+    g.build(handle)
+    big_a, big_c = np.zeros(16 * 64 * 32, np.float32), np.full(16 * 64 * 24, -7.0, np.float32)
+    b, bias = random_array([32, 24], rng=rng), random_array([1, 1, 24], rng=rng)
+    for n, m in ((1, 3), (5, 11), (16, 64)):
+        a = random_array([n, m, 32], rng=rng)
+        big_a[:a.size] = a.reshape(-1)
+        g.execute(handle, {1: big_a, 2: b, 3: bias, 100: big_c}, override_uids=[1, 100],
+                  override_shapes=[[n, m, 32], [n, m, 24]])
+        got = big_c[:n * m * 24].reshape(n, m, 24)
+        assert_close(got, a.astype(np.float64) @ b + bias, F, what=f"by address at {n}x{m}")
+        assert (big_c[n * m * 24:] == -7.0).all() or n * m == 16 * 64    # past the span: untouched
+        big_c[:] = -7.0
+    raises(S.BAD_PARAM, lambda: g.execute(handle, {1: big_a, 2: b, 3: bias, 100: big_c}, override_uids=[1, 100],
+                                          override_shapes=[[17, 64, 32], [17, 64, 24]]), match="smaller")
+
+
 def test_shapes_the_plan_cannot_take_are_bad_param_and_outputs_stay_untouched(handle, rng):
     g, _ = _graph(_matmul, BASE, override=True)
     g.build(handle)

@@ -69,3 +69,40 @@ def resolve_tensors(spec, tensors: list[BoundTensor], variant_pack, overrides: d
         out.append(t if dims == tuple(t.dims) and strides == tuple(t.strides) else
                    replace(t, dims=dims, strides=strides))
     return out
+
+
+def carve_pack(tensors: list[BoundTensor], variant_pack, overrides: dict | None):
+    """cuDNN's by-address binding for override shapes: a buffer given for an overridden uid whose
+    shape is not the override shape, but which is contiguous and holds at least the elements the
+    override needs (a buffer allocated once at the largest shape), is bound as its first elements
+    in the tensor's memory-order shape. Other entries are returned as they are."""
+    if not overrides or not isinstance(variant_pack, dict):
+        return variant_pack
+    out = dict(variant_pack)
+    for t in tensors:
+        obj = variant_pack.get(t.uid)
+        if t.uid not in overrides or obj is None or buffer_shape(obj) in (None, tuple(t.dims)):
+            continue
+        lay = t.layout
+        if not lay.is_dense:
+            continue
+        n = 1
+        for d in lay.phys_shape:
+            n *= int(d)
+        contiguous = getattr(obj, "is_contiguous", None)
+        flags = getattr(obj, "flags", None)
+        if callable(contiguous):                       # torch
+            ok = contiguous()
+        elif flags is not None:                        # numpy
+            ok = bool(flags.c_contiguous)
+        else:
+            ok = False
+        size = getattr(obj, "size", None)
+        total = size if isinstance(size, int) else (obj.numel() if callable(getattr(obj, "numel", None)) else 0)
+        if not ok or total < n:
+            if ok:
+                raise HipdnnError(Status.BAD_PARAM, f"tensor '{t.name}' (uid {t.uid}): buffer of {total} elements is "
+                                                    f"smaller than override shape {list(t.dims)} needs ({n})")
+            continue
+        out[t.uid] = obj.reshape(-1)[:n].reshape(tuple(lay.phys_shape))
+    return out

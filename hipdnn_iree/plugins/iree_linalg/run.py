@@ -136,14 +136,14 @@ def _execute_override(ctx: IreeExecutionContext, mod, variant_pack: dict, overri
     """An override-shape plan: the call's dims (override shapes, else each buffer's own) checked
     by the plan's ShapeSpec before anything runs; the module's symbolic dims take them from the
     imported views. Bindings are remembered per pack and overrides, as for static plans."""
-    from hipdnn_iree.plugin_sdk.shapes import resolve_tensors
+    from hipdnn_iree.plugin_sdk.shapes import carve_pack, resolve_tensors
     okey = tuple(sorted((u, tuple(d), None if s is None else tuple(s)) for u, (d, s) in (overrides or {}).items()))
     key = _pack_key(variant_pack) if _VIEW_CACHE else None
     key = None if key is None else (key, okey)
     bound = ctx.view_cache.get(key) if key is not None else None
     if bound is None:
         tensors = resolve_tensors(ctx.shape_spec, ctx.tensors, variant_pack, overrides)
-        bound = _bind(ctx, mod, variant_pack, tensors)
+        bound = _bind(ctx, mod, carve_pack(tensors, variant_pack, overrides), tensors)
         if key is not None:
             bound = replace(bound, keep=tuple(variant_pack.values()))
             _remember(ctx.view_cache, key, bound)

@@ -151,8 +151,9 @@ class NumpyReferencePlugin:
     def execute_op_graph(self, ctx: ReferenceContext, variant_pack: dict, workspace=None, overrides=None) -> None:
         tensors, graph = ctx.tensors, ctx.graph
         if ctx.override:   # NOTE: the reference just runs at the call's shapes, checked by the spec
-            from hipdnn_iree.plugin_sdk.shapes import resolve_tensors
+            from hipdnn_iree.plugin_sdk.shapes import carve_pack, resolve_tensors
             tensors = resolve_tensors(ctx.shape_spec, ctx.tensors, variant_pack, overrides)
+            variant_pack = carve_pack(tensors, variant_pack, overrides)
             if any(t.dims != c.dims for t, c in zip(tensors, ctx.tensors)):
                 graph = at_dims(ctx.graph, {t.uid: t.dims for t in tensors})
         ins, outs = bind_variant_pack(tensors, variant_pack)
