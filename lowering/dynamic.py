@@ -132,6 +132,26 @@ class ShapeSpec:
             acc *= max(dims[a], 1)
         return tuple(strides)
 
+    def pinned(self, names) -> "ShapeSpec":
+        """This spec with the symbols ``names`` fixed at their built sizes (dims derived from them too):
+        e.g. ``spec.pinned(["W"])`` keeps a conv's width fixed, which IREE's CPU code needs to be fast
+        (docs/dynamic_shapes.md)."""
+        names = set(names)
+        unknown = sorted(names - set(self.symbols))
+        if unknown:
+            raise LoweringError(f"symbols {unknown} are not in this spec (symbols: {sorted(self.symbols)})")
+        values = dict(self.symbols)
+
+        def fix(d):
+            if isinstance(d, str) and d in names:
+                return values[d]
+            if isinstance(d, Derived) and d.of in names:
+                return d.value(values)
+            return d
+        dims = {u: tuple(fix(d) for d in ds) for u, ds in self.dims.items()}
+        return ShapeSpec(dims, dict(self.built), self.bound, {k: v for k, v in self.symbols.items() if k not in names},
+                         dict(self.orders))
+
     # -- checking an execute's shapes ----------------------------------------
     def resolve(self, shapes: dict) -> dict[int, tuple[int, ...]]:
         """Binds the symbols from ``shapes`` (uid -> dims), checks every given dim, and returns the

@@ -260,19 +260,21 @@ def _random(rng, shape, dt):
     return rng.standard_normal(shape).astype(np.float32)
 
 
-def _dynamic_module(cpu, name, policy=None):
+def _dynamic_module(cpu, name, policy=None, pin=()):
     build, built, runs = CASES[name]
     data = _graph_bytes(build(*built), cpu)
     desc = decode_graph(data)
-    spec = analyze(desc)
+    spec = analyze(desc).pinned(pin)
+    if pin:      # the runs keep the pinned sizes at their built values
+        runs = [tuple(b if n in pin else r for n, b, r in zip("NHW", built, run)) for run in runs]
     lowered = lower(data, target="llvm-cpu:host", shape_spec=spec, policy=policy)
     return spec, lowered, _compile(lowered.mlir), runs
 
 
-def _run_case(cpu, rng, name, policy=None):
+def _run_case(cpu, rng, name, policy=None, pin=()):
     """One compile; every run shape executes the same module and matches NUMPY_REFERENCE."""
     import iree.runtime as rt
-    spec, lowered, vmfb, runs = _dynamic_module(cpu, name, policy)
+    spec, lowered, vmfb, runs = _dynamic_module(cpu, name, policy, pin)
     assert spec.is_dynamic()
     assert "?x" in lowered.mlir and lowered.abi["shape_spec"] == spec.to_json()
     build = CASES[name][0]
@@ -312,6 +314,11 @@ def _run_case(cpu, rng, name, policy=None):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_one_module_every_shape(cpu, rng, name):
     _run_case(cpu, rng, name)
+
+
+def test_conv_width_pinned(cpu, rng):
+    """spec.pinned(["W"]): N and H vary, W stays at its built size (the fast form on CPUs)."""
+    _run_case(cpu, rng, "conv_hw", pin=("W",))
 
 
 def test_sdpa_fused_form_dynamic(cpu, rng):

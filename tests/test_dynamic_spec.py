@@ -187,3 +187,13 @@ def test_wgrad_keeps_n_fixed(cpu):
     _out(dw, 3)
     s = analyze(_desc(g, cpu))
     assert s.varying() == {} and s.allowed(1, 0) == "fixed at 2"
+
+
+def test_pinned_fixes_a_symbol_and_what_derives_from_it(cpu):
+    s = analyze(_conv(cpu, stride=2, pad=1)).pinned(["W"])
+    assert s.varying() == {1: [0, 2], 3: [0, 2]}
+    assert s.allowed(3, 3) == "fixed at 6" and s.allowed(1, 3) == "fixed at 12"
+    assert s.resolve({1: (3, 3, 9, 12)})[3] == (3, 5, 5, 6)
+    assert ShapeSpec.from_json(s.to_json()) == s
+    with pytest.raises(LoweringError, match=r"symbols \['Q'\] are not in this spec"):
+        s.pinned(["Q"])
