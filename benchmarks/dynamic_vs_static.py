@@ -115,18 +115,27 @@ CASES = {
     "row_sum_1024": (row_sum, row_sum_ref, (8, 128), [(1, 7), (3, 100), (16, 333)]),
     "conv3x3_64c_28": (conv, conv_ref, (8, 0), [(1, 0), (3, 0), (13, 0)]),
 }
-GPU_CASES = ("mlp_256x512", "layernorm_768", "attention_12x64")
+GPU_CASES = ("mlp_256x512", "layernorm_768", "attention_12x64", "attention_12x64@COMPOSED")
 BATCHES = (1, 2, 4, 8, 12, 16, 24, 32)
 
 
-def graph(builder, b, s, dynamic: bool, handle=None):
+def graph(builder, b, s, dynamic: bool, handle=None, sdpa_form=None):
     g = hd.Graph(name=builder.__name__, io_data_type=F)
     dims = builder(g, b, s)
     if dynamic:
         g.set_override_shape_enabled(True)
-    if handle is not None:
+    if handle is not None and sdpa_form:
+        g.validate().build_operation_graph(handle).create_execution_plan("IREE_LINALG", {"SDPA_FORM": sdpa_form})
+        g.check_support().build_plans()
+    elif handle is not None:
         g.build(handle)
     return g, dims
+
+
+def case(name):
+    """``name`` or ``name@SDPA_FORM``: (builder, reference, build shape, other shapes, sdpa form)."""
+    base, _, form = name.partition("@")
+    return (*CASES[base], form or None)
 
 
 def inputs_for(dims, rng):
@@ -212,9 +221,9 @@ def compile_gpu(target: str, out: str) -> None:
         hd.create_handle(device=None, target=target, cache=False)
     manifest = {"target": target, "cases": {}}
     for name in GPU_CASES:
-        builder, _, (b, s), _ = CASES[name]
+        builder, _, (b, s), _, form = case(name)
         for kind in ("dynamic", "static"):
-            g, dims = graph(builder, b, s, kind == "dynamic", handle)
+            g, dims = graph(builder, b, s, kind == "dynamic", handle, form)
             with open(os.path.join(out, f"{name}.{kind}.plan"), "wb") as f:
                 f.write(g.serialize_compiled_plan())
         manifest["cases"][name] = {"shape": [b, s]}
@@ -235,7 +244,7 @@ def run_gpu(plans: str, device: str, rounds: int, out: str) -> None:
                "target": manifest["target"],
                "rounds": rounds, "cases": {}}
     for name, meta in manifest["cases"].items():
-        builder, ref, _, others = CASES[name]
+        builder, ref, _, others, _ = case(name)
         dyn = hd.Graph.from_compiled_plan_file(handle, os.path.join(plans, f"{name}.dynamic.plan"))
         sta = hd.Graph.from_compiled_plan_file(handle, os.path.join(plans, f"{name}.static.plan"))
         checks = []
