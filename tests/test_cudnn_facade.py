@@ -283,6 +283,21 @@ def test_uid_keys_bind_by_address_context_manager_and_jit(handle, gen):
     assert torch.all(small == 7.0)
 
 
+def test_override_shapes_one_plan_several_batch_sizes(handle, gen):
+    graph = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, handle=handle, is_override_shape_enabled=True)
+    A = graph.tensor(name="A", dim=[8, 16, 32], stride=[512, 32, 1])
+    B = graph.tensor(name="B", dim=[1, 32, 24], stride=[768, 24, 1])
+    C = graph.relu(input=graph.matmul(A=A, B=B))
+    C.set_output(True)
+    graph.build([cudnn.heur_mode.A])
+    b = gen(1, 32, 24)
+    for n in (3, 8):
+        a, c = gen(n, 16, 32), torch.empty(n, 16, 24)
+        graph.execute({A: a, B: b, C: c}, None, override_uids=[A.get_uid(), C.get_uid()],
+                      override_shapes=[[n, 16, 32], [n, 16, 24]], override_strides=[[512, 32, 1], [384, 24, 1]])
+        torch.testing.assert_close(c, torch.relu(a @ b), atol=1e-4, rtol=1e-4)
+
+
 def test_set_stream_synchronizes_the_stream_before_running(handle, gen):
     class Stream:
         calls = 0

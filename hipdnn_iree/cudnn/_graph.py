@@ -196,13 +196,18 @@ class pygraph:
     def __init__(self, name="test_graph", io_data_type=None, intermediate_data_type=None, compute_data_type=None,
                  handle=None, sm_count=None, sm_version=None, kernel_cache=None, device_property=None,
                  is_dynamic_shape_enabled=False, is_override_shape_enabled=False, **kwargs):
-        if is_dynamic_shape_enabled or is_override_shape_enabled:
-            _unsupported("pygraph: dynamic / override shapes are not supported by this facade yet (build one "
-                         "graph per shape; builds of repeated shapes come from the compile cache)")
         self._handle = check(handle) if handle is not None else None
         self._hd = Graph(name=str(name), io_data_type=E.to_hd_type(io_data_type, "io_data_type"),
                          intermediate_data_type=E.to_hd_type(intermediate_data_type, "intermediate_data_type"),
                          compute_data_type=E.to_hd_type(compute_data_type, "compute_data_type"))
+        # cuDNN's dynamic shapes, override shapes and kernel cache map to hd.Graph's (docs/dynamic_shapes.md)
+        if is_dynamic_shape_enabled:
+            self._hd.set_dynamic_shape_enabled(True)
+        if is_override_shape_enabled:
+            self._hd.set_override_shape_enabled(True)
+        if kernel_cache is not None:
+            self._hd.set_kernel_cache(kernel_cache)
+        self._override = bool(is_override_shape_enabled)
         self._by_hd = {}                  # id(hd tensor) -> facade tensor
         self._eps = []                    # (facade pass-by-value tensor, hd scalar constant) for baked scalars
         self._pbv_bufs = {}               # uid -> buffer holding a pass-by-value input on the device
@@ -699,7 +704,10 @@ class pygraph:
         self._hd.build_plans(policy)
         self._baked, self._pending = baked, False
 
-    def _pack(self, variant_pack, hd_handle):
+    def _restored_override(self) -> bool:
+        return self._restored and bool(getattr(self._hd, "is_override_shape_enabled", lambda: False)())
+
+    def _pack(self, variant_pack, hd_handle, by_address=True):
         if not isinstance(variant_pack, dict):
             raise HipdnnError(Status.BAD_PARAM, f"variant_pack must be a dict, got {type(variant_pack).__name__}")
         by_uid = None
@@ -727,7 +735,7 @@ class pygraph:
                 continue
             if t._t is None:
                 raise HipdnnError(Status.BAD_PARAM, f"tensor '{t.get_name()}' is not part of the graph")
-            pack[t._t.get_uid()] = _by_address(t._t, buf)
+            pack[t._t.get_uid()] = _by_address(t._t, buf) if by_address else buf
             raw[t] = buf
         for alias, src in self._aliases:
             if src in raw:
@@ -777,14 +785,22 @@ class pygraph:
         return buf
 
     @_translate
-    def execute(self, variant_pack, workspace=None, handle=None):
-        self._run(variant_pack, handle, None)
+    def execute(self, variant_pack, workspace=None, handle=None, override_uids=None, override_shapes=None,
+                override_strides=None):
+        """Runs the plan. An override-shape graph (``is_override_shape_enabled=True``) takes
+        ``override_uids`` / ``override_shapes`` / ``override_strides`` as cuDNN's does; its buffers
+        are then bound as given (the engine binds override shapes by address)."""
+        overrides = None
+        if override_uids is not None or override_shapes is not None or override_strides is not None:
+            uids = [u.get_uid() if isinstance(u, tensor) else u for u in (override_uids or [])]
+            overrides = (uids, override_shapes, override_strides)
+        self._run(variant_pack, handle, None, overrides)
 
     @_translate
     def execute_plan_at_index(self, variant_pack, workspace=None, index=0, handle=None):
         self._run(variant_pack, handle, index)
 
-    def _run(self, variant_pack, handle, index):
+    def _run(self, variant_pack, handle, index, overrides=None):
         h = check(handle) if handle is not None else (self._handle or _default_handle())
         # NOTE: a loop that passes the same tensors again reuses the last translation when it bound
         # the caller's own objects (no by-address view, no pass-by-value copy): hd's checks still run.
@@ -794,7 +810,7 @@ class pygraph:
         if key is not None and last is not None and last[0] == key:
             values, pack = {}, last[1]
         else:
-            values, pack = self._pack(variant_pack, h.hd)
+            values, pack = self._pack(variant_pack, h.hd, by_address=not (self._override or self._restored_override()))
             own = {id(v) for v in variant_pack.values()}
             self._last_pack = (key, pack, variant_pack.copy()) if key is not None and not values and \
                 all(id(v) in own for v in pack.values()) else None
@@ -802,7 +818,9 @@ class pygraph:
             self._ensure_plans(values)
         if h.stream is not None:
             sync_stream(h.stream)
-        if index is None:
+        if index is None and overrides is not None:
+            self._hd.execute(h.hd, pack, None, *overrides)
+        elif index is None:
             self._hd.execute(h.hd, pack)
         else:
             self._hd.execute_plan_at_index(h.hd, pack, None, index)

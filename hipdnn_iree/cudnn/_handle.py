@@ -116,5 +116,12 @@ def backend_version_string() -> str:
     return f"hipdnn-iree {__version__} (cuDNN frontend API as of 9.10.0)"
 
 
+def create_kernel_cache():
+    """A kernel cache for ``pygraph(kernel_cache=...)`` (an ``hd.KernelCache``): graphs of one
+    topology share one compiled module (implies dynamic shapes)."""
+    from hipdnn_iree.frontend.kernel_cache import KernelCache
+    return KernelCache()
+
+
 def get_last_error_string() -> str:
     return _LAST_ERROR[0]
