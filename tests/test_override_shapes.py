@@ -365,3 +365,25 @@ def test_numpy_reference_engine_takes_overrides(handle, rng):
         assert_close(y, x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-5) * sc, F)
     raises(S.BAD_PARAM, lambda: g.execute(handle, {1: x, 2: random_array([1, 1, 31], rng=rng), 100: y}),
            match="uid 2 dim 2")
+
+
+def test_the_shape_spec_is_part_of_the_compile_cache_key(tmp_path, rng, monkeypatch):
+    """Static and dynamic builds of one graph through one compile cache: two modules, never one
+    served for the other; a second dynamic build is a cache hit (no compile)."""
+    from hipdnn_iree.plugins.iree_linalg import compile as compile_mod
+    calls = []
+    real = compile_mod.compile_mlir
+    monkeypatch.setattr(compile_mod, "compile_mlir", lambda *a, **k: calls.append(1) or real(*a, **k))
+    h = hd.create_handle(cache=str(tmp_path))
+    s, _ = _graph(_matmul, BASE)
+    s.build(h)
+    d, _ = _graph(_matmul, BASE, override=True)
+    d.build(h)
+    d2, _ = _graph(_matmul, BASE, override=True)
+    d2.build(h)
+    assert len(calls) == 2
+    a, b, bias = random_array([2, 3, 32], rng=rng), random_array([32, 24], rng=rng), random_array([1, 1, 24], rng=rng)
+    c = np.full((2, 3, 24), np.nan, np.float32)
+    d2.execute(h, {1: a, 2: b, 3: bias, 100: c})
+    assert_close(c, a.astype(np.float64) @ b + bias, F, what="dynamic plan from the compile cache")
+    raises(S.BAD_PARAM, lambda: s.execute(h, {1: a, 2: b, 3: bias, 100: c}))
