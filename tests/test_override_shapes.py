@@ -387,3 +387,29 @@ def test_the_shape_spec_is_part_of_the_compile_cache_key(tmp_path, rng, monkeypa
     d2.execute(h, {1: a, 2: b, 3: bias, 100: c})
     assert_close(c, a.astype(np.float64) @ b + bias, F, what="dynamic plan from the compile cache")
     raises(S.BAD_PARAM, lambda: s.execute(h, {1: a, 2: b, 3: bias, 100: c}))
+
+
+def test_channels_last_buffers_in_either_form(handle, rng):
+    """An NHWC conv (layout in the strides) at other N/H/W: memory-order numpy arrays with and
+    without override shapes, and torch channels_last views, against torch."""
+    torch = pytest.importorskip("torch")
+    c = 4
+    g = hd.Graph(io_data_type=F)
+    x = g.tensor(uid=1, dim=[2, c, 8, 8], stride=[c * 64, 1, 8 * c, c])
+    w = g.tensor(uid=2, dim=[6, c, 3, 3], stride=[9 * c, 1, 3 * c, c])
+    g.conv_fprop(x, w, padding=[1, 1], stride=[1, 1], dilation=[1, 1]).set_output(True).set_uid(3)
+    g.set_override_shape_enabled(True)
+    g.build(handle)
+    for n, h, w_ in ((1, 9, 4), (3, 5, 7)):
+        xs, ws = random_array([n, h, w_, c], rng=rng), random_array([6, 3, 3, c], rng=rng)   # memory order
+        tx, tw = torch.from_numpy(xs).permute(0, 3, 1, 2), torch.from_numpy(ws).permute(0, 3, 1, 2)
+        want = torch.nn.functional.conv2d(tx.double(), tw.double(), padding=1).permute(0, 2, 3, 1).numpy()
+        y = np.full((n, h, w_, 6), np.nan, np.float32)
+        g.execute(handle, {1: xs, 2: ws, 3: y}, override_uids=[1, 3], override_shapes=[[n, c, h, w_], [n, 6, h, w_]])
+        assert_close(y, want, F, what=f"overrides, memory-order arrays at {n}x{h}x{w_}")
+        y[:] = np.nan
+        g.execute(handle, {1: xs, 2: ws, 3: y})
+        assert_close(y, want, F, what=f"memory-order arrays' own shapes at {n}x{h}x{w_}")
+        ty = torch.full((n, 6, h, w_), float("nan")).to(memory_format=torch.channels_last)
+        g.execute(handle, {1: tx, 2: tw, 3: ty})
+        assert_close(ty.permute(0, 2, 3, 1).numpy(), want, F, what=f"torch channels_last at {n}x{h}x{w_}")

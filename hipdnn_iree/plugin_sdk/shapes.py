@@ -34,7 +34,7 @@ def resolve_tensors(spec, tensors: list[BoundTensor], variant_pack, overrides: d
     """
     from lowering.graph_ir import LoweringError
     overrides = overrides or {}
-    shapes = {}
+    shapes, alt = {}, {}
     for t in tensors:
         if t.uid in overrides:
             dims = tuple(overrides[t.uid][0])
@@ -49,10 +49,24 @@ def resolve_tensors(spec, tensors: list[BoundTensor], variant_pack, overrides: d
                                                 f"{len(dims)}; the plan's tensor has rank {len(t.dims)} "
                                                 f"(built dims {list(t.dims)})")
         shapes[t.uid] = dims
+        order = _order(t)
+        if t.uid not in overrides and order is not None and order != tuple(range(len(dims))):
+            # NOTE: a C-contiguous buffer in memory order (section 9's second form) read back as dims
+            logical = [0] * len(dims)
+            for i, a in enumerate(order):
+                logical[a] = dims[i]
+            alt[t.uid] = tuple(logical)
     try:
         resolved = spec.resolve(shapes)
     except LoweringError as e:
-        raise HipdnnError(Status.BAD_PARAM, f"execute: a shape this plan cannot take: {e}") from None
+        resolved = None
+        if alt:
+            try:
+                resolved = spec.resolve({**shapes, **alt})
+            except LoweringError:
+                pass
+        if resolved is None:
+            raise HipdnnError(Status.BAD_PARAM, f"execute: a shape this plan cannot take: {e}") from None
     out = []
     for t in tensors:
         dims = tuple(int(d) for d in resolved.get(t.uid, t.dims))
@@ -69,6 +83,14 @@ def resolve_tensors(spec, tensors: list[BoundTensor], variant_pack, overrides: d
         out.append(t if dims == tuple(t.dims) and strides == tuple(t.strides) else
                    replace(t, dims=dims, strides=strides))
     return out
+
+
+def _order(t: BoundTensor):
+    try:
+        lay = t.layout
+    except Exception:      # NOTE: layouts the binding refuses are reported there
+        return None
+    return tuple(lay.order) if lay.is_dense and not lay.bcast_axes else None
 
 
 def carve_pack(tensors: list[BoundTensor], variant_pack, overrides: dict | None):
