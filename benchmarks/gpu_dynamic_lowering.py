@@ -13,7 +13,8 @@ import sys
 
 import numpy as np
 
-CASES = ("mlp", "bmm", "pointwise", "reduction", "layernorm", "rmsnorm", "batchnorm", "sdpa", "sdpa_mask",
+CASES = ("mlp", "bmm", "pointwise", "reduction", "layernorm", "rmsnorm", "batchnorm", "sdpa", "sdpa_mask", "sdpa_plain",
+         "sdpa_plain@composed", "sdpa_big", "sdpa_big@composed",
          "gqa_block", "conv", "conv_hw_nchw", "conv_dgrad")
 
 
@@ -31,12 +32,19 @@ def prepare(folder: str) -> None:
     rng = np.random.default_rng(20)
     target = parse_target("cuda:sm_80")
     index = {}
+    from lowering.policy import LoweringPolicy
+    cases = {**T.CASES, "sdpa_big": (lambda B, S, S2: T.sdpa_plain(B, S, S2, 12, 64), (4, 128, 128),
+                                     [(1, 7, 7), (3, 100, 100), (4, 128, 128)])}
     for name in CASES:
-        build, built, runs = T.CASES[name]
+        base, _, form = name.partition("@")
+        build, built, runs = cases[base]
         data = T._graph_bytes(build(*built), cpu)
         desc = decode_graph(data)
         spec = analyze(desc)
-        lowered = lower(data, target="cuda:sm_80", shape_spec=spec)
+        policy = LoweringPolicy.for_target("cuda:sm_80")
+        if form == "composed":
+            policy = policy.with_(sdpa_fused=False)
+        lowered = lower(data, target="cuda:sm_80", shape_spec=spec, policy=policy)
         flags = target.graph_flags({n.kind for n in desc.nodes},
                                    conv_ranks=[len(desc.tensor(n.attrs.x_uid).dims) - 2 for n in desc.nodes
                                                if n.kind == OpKind.CONV_FPROP])

@@ -108,6 +108,16 @@ def sdpa(B, Sq, Skv, causal=True):
     return g
 
 
+def sdpa_plain(B, Sq, Skv, h=2, d=8):
+    """No mask, not causal (the fused op then has no mask operand)."""
+    g = hd.Graph(name="attp", io_data_type=F)
+    q = g.tensor(name="q", uid=1, dim=[B, h, Sq, d])
+    k = g.tensor(name="k", uid=2, dim=[B, h, Skv, d])
+    v = g.tensor(name="v", uid=3, dim=[B, h, Skv, d])
+    _out(g.sdpa(q, k, v), 4)
+    return g
+
+
 def sdpa_mask(B, Sq, Skv):
     g = hd.Graph(name="attm", io_data_type=F)
     q = g.tensor(name="q", uid=1, dim=[B, 2, Sq, 8])
@@ -206,6 +216,7 @@ CASES = {
     "rmsnorm": (rmsnorm, (2, 4), [(1, 1), (3, 5), (2, 4)]),
     "batchnorm": (batchnorm, (2, 4, 4), [(1, 1, 1), (3, 5, 7), (2, 4, 4)]),
     "sdpa": (sdpa, (2, 4, 6), [(1, 1, 1), (3, 5, 7), (2, 4, 6), (1, 7, 3)]),
+    "sdpa_plain": (sdpa_plain, (2, 4, 6), [(1, 1, 1), (3, 5, 7), (2, 4, 6)]),
     "sdpa_mask": (sdpa_mask, (2, 4, 6), [(1, 1, 1), (3, 5, 7), (2, 4, 6)]),
     "gqa_block": (gqa_block, (6,), [(1,), (5,), (6,), (11,)]),
     "conv": (conv, (2,), [(1,), (3,), (2,)]),
@@ -321,8 +332,9 @@ def test_conv_width_pinned(cpu, rng):
     _run_case(cpu, rng, "conv_hw", pin=("W",))
 
 
-def test_sdpa_fused_form_dynamic(cpu, rng):
-    _run_case(cpu, rng, "sdpa", LoweringPolicy.for_target("llvm-cpu:host").with_(sdpa_fused=True))
+@pytest.mark.parametrize("name", ["sdpa", "sdpa_plain"])
+def test_sdpa_fused_form_dynamic(cpu, rng, name):
+    _run_case(cpu, rng, name, LoweringPolicy.for_target("llvm-cpu:host").with_(sdpa_fused=True))
 
 
 if __name__ == "__main__":     # writes the baseline (run once, before the dynamic emitter)

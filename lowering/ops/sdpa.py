@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 
 from lowering._context import LowerContext, is_nan
-from lowering._emit import FLOAT_TYPES, Emitter, Value, tensor_type
+from lowering._emit import FLOAT_TYPES, Emitter, Sym, Value, is_static, tensor_type
 from lowering._registry import register_lowering
 from lowering.graph_ir import ABSENT, LoweringError, NodeDesc, OpKind
 from lowering.ops.matmul import needs_relayout_barrier, propagation_barrier
@@ -277,6 +277,11 @@ def lower_fused(em: Emitter, q: Value, k: Value, v: Value, mask: Value | None, s
         op_mask = _fused_user_mask(em, mask, hk, grp, {0: [bd], 1: hds, 2: [md], 3: [k2d]})
     if causal:
         op_mask = _with_causal(em, op_mask, size, md, k2d)
+    if op_mask is None and not all(is_static(x.shape) for x in (q, k, v)):
+        # NOTE: measured on an H200 (cuda:sm_80, IREE 3.13): the op with dynamic dims and no mask operand
+        # gives NaN at every shape; with an i1 [Sq, Skv] mask (causal, or this one that keeps every key:
+        # j < Skv, read from the key length so it does not fold away) it is right.
+        op_mask = _keep_all(em, size, md, k2d)
 
     init = em.empty(tuple(size[a] for a in o_axes), out_elem)
     ins = [(q, [bd, *hds, md, k1d]), (k, [bd, hds[0], k2d, k1d]), (v, [bd, hds[0], k2d, nd])]
@@ -342,6 +347,19 @@ def _with_causal(em: Emitter, op_mask, size: dict, md: str, k2d: str):
 
     out = em.generic(inputs, tuple(size[a] for a in axes), elem, ["parallel"] * len(axes), _ident(len(axes)), body)
     return out, axes
+
+
+def _keep_all(em: Emitter, size: dict, md: str, k2d: str):
+    """An ``i1 [Sq, Skv]`` mask operand that keeps every key (``j < Skv``)."""
+    skv = size[k2d]
+    bound = str(skv) if isinstance(skv, Sym) else em.op(f"arith.constant {skv} : index", "c")
+
+    def body(a):
+        j = em.op("linalg.index 1 : index")
+        return em.op(f"arith.cmpi ult, {j}, {bound} : index")
+
+    shape = (size[md], skv)
+    return em.generic([], shape, "i1", ["parallel"] * 2, _ident(2), body), [md, k2d]
 
 
 def _zero_fully_masked(em: Emitter, o: Value, o_axes: list[str], op_mask, k2d: str) -> Value:
