@@ -134,6 +134,23 @@ def test_run_writes_outputs(files, tmp_path):
     np.testing.assert_allclose(np.load(out / "4.npy"), want, rtol=1e-4, atol=1e-4)
 
 
+def test_iree_flag_reaches_the_compiler(files, tmp_path):
+    """--iree-flag goes through the handle's session into iree-compile and into the cache key: a
+    flag that changes the module gives other plan bytes (also with a warm cache holding the
+    unflagged module), and the plan still computes the right numbers."""
+    d, want = files
+    env = {"HIPDNN_IREE_CACHE": "1", "HIPDNN_IREE_CACHE_DIR": str(tmp_path / "cache")}
+    plain, flagged = tmp_path / "plain.plan", tmp_path / "flagged.plan"
+    for path, extra in ((plain, []), (flagged, ["--iree-flag=--iree-vm-emit-polyglot-zip=false"])):
+        p = cli("compile", d / "graph.json", "-o", path, *extra, env_extra=env)
+        assert p.returncode == EXIT_OK, p.stdout + p.stderr
+    assert plain.read_bytes() != flagged.read_bytes()
+    out = tmp_path / "out"
+    p = cli("run", flagged, *_inputs(d), "--output-dir", out, "--device", "local-task")
+    assert p.returncode == EXIT_OK, p.stdout + p.stderr
+    np.testing.assert_allclose(np.load(out / "4.npy"), want, rtol=1e-4, atol=1e-4)
+
+
 def test_bench(files):
     d, _ = files
     p = cli("bench", d / "cpu.plan", "-n", "7", "--restores", "2", "--json", "--progress", "always")

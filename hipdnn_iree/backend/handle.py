@@ -72,6 +72,12 @@ def create_handle(device: str | None = "local-task", target: str | None = None,
         >>> h.device is None
         True
     """
+    return open_handle(device, target, engine_plugins, cache, self_check)
+
+
+def open_handle(device, target, engine_plugins, cache, self_check, compile_flags: tuple = ()) -> Handle:
+    """:func:`create_handle` with the settings the public call does not expose: ``compile_flags``
+    (extra compiler flags, the CLI's ``--iree-flag``; part of the compile cache key)."""
     if device is not None and (not isinstance(device, str) or not device):
         raise HipdnnError(Status.BAD_PARAM, f"device must be a HAL device URI string or None, got {device!r}")
     if device == "cpu":
@@ -85,7 +91,7 @@ def create_handle(device: str | None = "local-task", target: str | None = None,
     check = self_check_enabled(self_check)
     plugins = discover_plugins() if engine_plugins is None else list(engine_plugins)
     target_arg = list(target) if isinstance(target, (list, tuple)) else target
-    rm = PluginResourceManager(plugins, SessionSettings(device, target_arg, cache))
+    rm = PluginResourceManager(plugins, SessionSettings(device, target_arg, cache, tuple(compile_flags)))
     resolved = rm.session_attr("target")
     targets = rm.session_attr("targets") or ()
     name = str(resolved) if resolved is not None else (target if isinstance(target, str) else "")

@@ -45,11 +45,14 @@ class SessionSettings:
         target: the compile target the caller named (``"llvm-cpu:znver4"``, a list of several),
             or None to derive it from the device.
         cache: compile cache setting: None (environment), False, True or a folder path.
+        compile_flags: extra compiler flags for engines that compile (the CLI's ``--iree-flag``);
+            such an engine puts them in its compile cache key; other engines ignore them.
     """
 
     device: str | None
     target: Any = None
     cache: Any = None
+    compile_flags: tuple = ()
 
 
 @runtime_checkable

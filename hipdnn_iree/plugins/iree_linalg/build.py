@@ -141,7 +141,7 @@ def _abi_at(abi: dict, desc: GraphDesc) -> dict:
 def _build_one(session: IreeSession, target: Target, op_graph: bytes, desc: GraphDesc, summary: GraphSummary,
                knobs: dict, refusal: tuple, spec=None, kernel_cache=None) -> IreeExecutionContext:
     resolved = resolve(target, summary, knobs)
-    flags = tuple(session.compile_flags) + resolved.flags
+    flags = resolved.flags + tuple(session.compile_flags)   # NOTE: the caller's flags last: they win
     policy_key = resolved.policy.to_json()
     kc_key = None
     if spec is not None:
