@@ -23,6 +23,7 @@ from lowering.policy import LoweringPolicy
 from lowering.ops.matmul import needs_relayout_barrier, propagation_barrier
 
 ENTRY_POINT = "main"
+STATIC_ENTRY = "main_static"   # a specialized dynamic module's second function: the static lowering at the built dims
 REFLECTION_KEY = "hipdnn_iree.abi"
 GRAPH_KEY = "hipdnn_iree.graph"
 # History: 1 (2026-11-29) first layout: {"version", "graph", "target", "tensors": [...]}.
@@ -43,20 +44,30 @@ def _mlir_string(s: str) -> str:
 
 
 def lower(graph_bytes: bytes, target: str = "llvm-cpu:host", verify: bool = True,
-          policy: LoweringPolicy | None = None, shape_spec=None) -> Lowered:
+          policy: LoweringPolicy | None = None, shape_spec=None, specialize: bool = False) -> Lowered:
     """Lowers a ``schemas/graph.fbs`` graph to MLIR text (parsed and verified by default).
 
     ``policy`` chooses every form (lowering/policy.py); ``None`` takes ``target``'s defaults.
     ``shape_spec`` (a :class:`lowering.dynamic.ShapeSpec`, or its JSON): the arguments carry ``?``
-    for its varying dims and one module serves every shape ``shape_spec.resolve`` accepts."""
+    for its varying dims and one module serves every shape ``shape_spec.resolve`` accepts.
+    ``specialize`` (with ``shape_spec``): the module also holds ``@main_static``, the static lowering
+    at the built dims (:func:`lower_graph`)."""
     graph = decode_graph(graph_bytes)
-    return lower_graph(graph, target, verify, graph_bytes=graph_bytes, policy=policy, shape_spec=shape_spec)
+    return lower_graph(graph, target, verify, graph_bytes=graph_bytes, policy=policy, shape_spec=shape_spec,
+                       specialize=specialize)
 
 
 def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes: bytes | None = None,
-                policy: LoweringPolicy | None = None, shape_spec=None) -> Lowered:
+                policy: LoweringPolicy | None = None, shape_spec=None, specialize: bool = False,
+                _entry: str = ENTRY_POINT, _reflect: bool = True) -> Lowered:
     """``graph_bytes`` (the graph's FlatBuffer) goes into the module's reflection as ``hipdnn_iree.graph``
-    (base64): a restored plan can then be checked against the reference (hipdnn_iree/backend/selfcheck.py)."""
+    (base64): a restored plan can then be checked against the reference (hipdnn_iree/backend/selfcheck.py).
+
+    ``specialize`` (dynamic lowerings only): the module gets a second public function,
+    ``@main_static``, which is the static lowering of the same graph (byte for byte, renamed, without
+    reflection); the ABI (``@main``'s reflection) lists it under ``"specializations"`` with the
+    exact dims and strides of every bound tensor it serves. Both functions take the same
+    arguments in the same order, so a caller picks one per call (plugins/iree_linalg/run.py)."""
     if policy is None:
         policy = LoweringPolicy.for_target(target)
     elif policy.target != target:
@@ -118,6 +129,14 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
            "entry": ENTRY_POINT, "tensors": abi_tensors}
     if spec is not None:
         abi["shape_spec"] = spec.to_json()
+    static_fn = []
+    if specialize and spec is not None:
+        static = lower_graph(graph, target, verify=False, policy=policy, _entry=STATIC_ENTRY, _reflect=False)
+        lines = static.mlir.split("\n")
+        assert lines[0] == "module {" and lines[-2:] == ["}", ""], "static lowering's module layout changed"
+        static_fn = lines[1:-2]
+        abi["specializations"] = [{"entry": STATIC_ENTRY, "tensors": [
+            [t["uid"], list(t["dims"]), list(t["strides"])] for t in abi_tensors]}]
     refl_graph = ""
     if graph_bytes is not None:
         import base64
@@ -125,9 +144,10 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
     refl = (f"iree.reflection = {{{REFLECTION_KEY} = {_mlir_string(json.dumps(abi, separators=(',', ':')))}"
             f"{refl_graph}}}")
     res_types = ", ".join(r.type for r in results)
-    header = (f"func.func @{ENTRY_POINT}({', '.join(args)}) -> ({res_types}) attributes {{{refl}}} {{")
+    attrs = f" attributes {{{refl}}}" if _reflect else ""
+    header = f"func.func @{_entry}({', '.join(args)}) -> ({res_types}){attrs} {{"
     body = _dim_lines(spec, dyn, bound, args) + em.lines + [f"  return {', '.join(r.ssa for r in results)} : {res_types}"]
-    text = "\n".join(["module {", header, *body, "}", "}", ""])
+    text = "\n".join(["module {", header, *body, "}", *static_fn, "}", ""])
     if verify:
         verify_mlir(text)
     return Lowered(text, abi)

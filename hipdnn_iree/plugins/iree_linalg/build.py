@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.plugins.iree_linalg import cache as _cache
 from hipdnn_iree.plugins.iree_linalg.context import IreeExecutionContext, tensors_from_abi
-from hipdnn_iree.plugins.iree_linalg.knobs import GraphSummary, Resolved, resolve
+from hipdnn_iree.plugins.iree_linalg.knobs import GraphSummary, Resolved, resolve, shape_specialize
 from hipdnn_iree.plugins.iree_linalg.session import IreeSession
 from hipdnn_iree.plugins.iree_linalg.targets import Target
 from lowering import LOWERINGS, LoweringError, decode_graph
@@ -68,20 +68,23 @@ def build(session: IreeSession, op_graph: bytes, knobs: dict, engine_name: str =
     """One context: a module per session target (FUSPLAN kind 3 when several), the one for the
     session's own target loaded on its device. ``refusal``: (what the graph is, lowering error kind ->
     status) for the messages of graphs that cannot be lowered. ``dynamic``: a dynamic-shape build
-    (backend/plan.py): the module takes symbolic dims; its kernel cache is asked before compiling."""
+    (backend/plan.py): the module takes symbolic dims; its kernel cache is asked before compiling.
+    With ``SHAPE_SPECIALIZE`` on (AUTO: override-shape builds) the module also holds the static
+    function of the build shape (lowering/_lower.py ``specialize``; run.entry_for picks per call)."""
     desc = desc if desc is not None else decode(op_graph, session)
     summary = GraphSummary.of(desc)
     targets = session.targets or (session.target,)
     spec = _spec(dynamic)
     kc = (dynamic or {}).get("kernel_cache")
+    special = shape_specialize(knobs, spec, bool((dynamic or {}).get("override")))
     if len(targets) == 1:
-        ctx = _build_one(session, targets[0], op_graph, desc, summary, knobs, refusal, spec, kc)
+        ctx = _build_one(session, targets[0], op_graph, desc, summary, knobs, refusal, spec, kc, special)
     else:
         # NOTE: each target compiles in its own child process (compile.py); threads just wait on them.
         workers = max(1, min(len(targets), os.cpu_count() or 1))
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            built = list(pool.map(lambda t: _build_one(session, t, op_graph, desc, summary, knobs, refusal, spec, kc),
-                                  targets))
+            built = list(pool.map(lambda t: _build_one(session, t, op_graph, desc, summary, knobs, refusal, spec, kc,
+                                                       special), targets))
         ctx = built[targets.index(session.target)]
         ctx.variants = tuple((c.target, c.vmfb, c.compiler_version) for c in built)
     ctx.engine_name, ctx.knobs = engine_name, dict(knobs)
@@ -139,7 +142,7 @@ def _abi_at(abi: dict, desc: GraphDesc) -> dict:
 
 
 def _build_one(session: IreeSession, target: Target, op_graph: bytes, desc: GraphDesc, summary: GraphSummary,
-               knobs: dict, refusal: tuple, spec=None, kernel_cache=None) -> IreeExecutionContext:
+               knobs: dict, refusal: tuple, spec=None, kernel_cache=None, special=False) -> IreeExecutionContext:
     resolved = resolve(target, summary, knobs)
     flags = resolved.flags + tuple(session.compile_flags)   # NOTE: the caller's flags last: they win
     policy_key = resolved.policy.to_json()
@@ -147,8 +150,12 @@ def _build_one(session: IreeSession, target: Target, op_graph: bytes, desc: Grap
     if spec is not None:
         # NOTE: the shape spec is part of every key: a dynamic module is another module
         policy_key += "\0shape_spec=" + spec.to_json()
+        if special:   # NOTE: a module with the build shape's static function too: another module
+            policy_key += "\0shape_specialize=1"
         if kernel_cache is not None:
-            kc_key = ("IREE_LINALG", topology_key(desc, spec), str(target), flags, resolved.policy.to_json())
+            # NOTE: a hit serves another shape of the topology with this module as is: its static
+            # function stays the first graph's (its ABI says which dims), the others run dynamic code
+            kc_key = ("IREE_LINALG", topology_key(desc, spec), str(target), flags, resolved.policy.to_json(), special)
             got = kernel_cache.get(kc_key)
             if got is not None:   # NOTE: compiled for another graph of this topology: nothing is lowered
                 abi = _abi_at(got.abi, desc)
@@ -167,7 +174,7 @@ def _build_one(session: IreeSession, target: Target, op_graph: bytes, desc: Grap
                                     policy=resolved.policy)
     from hipdnn_iree.plugins.iree_linalg.compile import compile_mlir, compiler_version, find_compiler
     find_compiler()   # NOT_SUPPORTED naming iree-base-compiler when it is missing (lowering verifies with it)
-    lowered = lower(desc, op_graph, resolved, refusal=refusal, shape_spec=spec)
+    lowered = lower(desc, op_graph, resolved, refusal=refusal, shape_spec=spec, specialize=special)
     compiled = compile_mlir(lowered.mlir, target, flags)
     ctx = IreeExecutionContext(compiled.vmfb, lowered.abi, target, tensors_from_abi(lowered.abi),
                                dispatch_count=compiled.dispatch_count, mlir=lowered.mlir,
@@ -183,15 +190,16 @@ def _build_one(session: IreeSession, target: Target, op_graph: bytes, desc: Grap
 
 
 def lower(desc: GraphDesc, op_graph: bytes, resolved: Resolved, verify: bool = True,
-          refusal: tuple = ("", _LOWERING_STATUS), shape_spec=None):
+          refusal: tuple = ("", _LOWERING_STATUS), shape_spec=None, specialize: bool = False):
     """The graph's MLIR under ``resolved.policy`` (with symbolic dims where ``shape_spec`` lets
-    dims vary); lowering refusals as HipdnnErrors."""
+    dims vary, plus the build shape's static function with ``specialize``); lowering refusals as
+    HipdnnErrors."""
     from lowering._lower import lower_graph
     what, statuses = refusal
     try:
         if shape_spec is not None:
             return lower_graph(desc, resolved.policy.target, verify=verify, graph_bytes=op_graph,
-                               policy=resolved.policy, shape_spec=shape_spec)
+                               policy=resolved.policy, shape_spec=shape_spec, specialize=specialize)
         return lower_graph(desc, resolved.policy.target, verify=verify, graph_bytes=op_graph, policy=resolved.policy)
     except LoweringError as e:
         status = statuses.get(e.kind, statuses.get("", Status.BAD_PARAM))

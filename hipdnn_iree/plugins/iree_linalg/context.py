@@ -34,6 +34,28 @@ class IreeExecutionContext:
     knobs: dict = field(default_factory=dict)
     shape_spec: object = None        # dynamic plans: lowering.dynamic.ShapeSpec (which dims vary)
     override: bool = False           # execute takes other shapes (plugin_sdk/shapes.py resolves them)
+    # specialized dynamic plans: (function name, {uid: (dims, strides)}): the static function of the
+    # module's build shape, run when every bound tensor has exactly those (run.entry_for); from the ABI
+    specialization: object = None
+
+    def __post_init__(self):
+        if self.specialization is None:
+            self.specialization = specialization_of(self.abi)
+
+
+def specialization_of(abi: dict):
+    """The ABI's ``specializations`` (lowering/_lower.py) as (entry, {uid: (dims, strides)}), else None."""
+    specs = abi.get("specializations") if isinstance(abi, dict) else None
+    if not specs:
+        return None
+    try:
+        (one,) = specs
+        table = {int(u): (tuple(int(d) for d in dims), tuple(int(s) for s in strides))
+                 for u, dims, strides in one["tensors"]}
+        entry = str(one["entry"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise HipdnnError(Status.PLUGIN_ERROR, f"plan module reflection: specializations are malformed: {e!r}") from None
+    return entry, table
 
 
 def tensors_from_abi(abi: dict) -> list[BoundTensor]:

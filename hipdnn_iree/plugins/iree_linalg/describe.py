@@ -304,6 +304,10 @@ def format_text(info: PlanInfo) -> str:
         out += [f"module{' [0]' if head and head['entries'] else ''}: {mod['vmfb_bytes']} bytes (bytecode {mod['module_fb_bytes']}, executables {exe_bytes}), "
                 f"functions {mod['functions']}, entry '{mod['entry']}'",
                 f"  signature: {mod['declaration'] or '(none)'}",
+                *[f"  shape specialization: '{sp.get('entry')}' (static code) runs calls whose tensors all have "
+                  "these dims and strides, 'main' every other shape: "
+                  + "; ".join(f"uid {u} {list(d)}" for u, d, _ in sp.get("tensors", []))
+                  for sp in (info.abi.get("specializations") or []) if isinstance(sp, dict)],
                 f"  built for: {info.target or '?'} (graph '{info.abi.get('graph', '?')}', ABI version "
                 f"{info.abi.get('version', '?')})"]
         for t in mod["targets"]:

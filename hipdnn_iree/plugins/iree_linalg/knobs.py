@@ -44,6 +44,9 @@ KNOBS = (
          "GPU only: every 2-D matmul dispatch (M, N, K loops) compiled with IREE's TileAndFuse pipeline and an "
          "MxN workgroup tile (K step 32, 256 threads), set through a transform-dialect tuning spec (AUTO: IREE's "
          "own choice per dispatch)"),
+    Knob("SHAPE_SPECIALIZE", (AUTO, "ON", "OFF"), AUTO,
+         "dynamic-shape plans only: the module also holds the static code of the build shape, run when every "
+         "bound tensor has its built dims and strides (AUTO: on for override-shape plans)"),
 )
 KNOB_NAMES = tuple(k.name for k in KNOBS)
 IM2COL_FLAG = CPU_CONV1D_FLAGS[0]
@@ -187,6 +190,16 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict) -> Resolved:
     return Resolved(policy, tuple(flags))
 
 
+def shape_specialize(knobs: dict, spec, override: bool) -> bool:
+    """Whether a dynamic build (``spec``: its ShapeSpec, None for a static build) also carries the
+    static function of its build shape (``SHAPE_SPECIALIZE``; AUTO: override-shape plans). Never for
+    static builds, nor for a spec in which no dim varies (the dynamic module is the static one)."""
+    value = knobs.get("SHAPE_SPECIALIZE", AUTO)
+    if spec is None or not spec.is_dynamic():
+        return False
+    return override if value == AUTO else value == "ON"
+
+
 def candidates(target: Target, summary: GraphSummary, mode: HeurMode, tuned: dict | None = None) -> list[dict]:
     """Knob dicts worth building for ``mode``, best guess first, none resolving like an earlier one.
 
@@ -209,7 +222,8 @@ def candidates(target: Target, summary: GraphSummary, mode: HeurMode, tuned: dic
         out = [base]
         relevant = {"SDPA_FORM": OpKind.SDPA in summary.kinds, "CONV_LAYOUT": summary.has_conv,
                     "DATA_TILING": True, "IM2COL": summary.has_conv, "OPT_LEVEL": True,
-                    "GPU_MATMUL_TILE": not cpu and OpKind.MATMUL in summary.kinds}
+                    "GPU_MATMUL_TILE": not cpu and OpKind.MATMUL in summary.kinds,
+                    "SHAPE_SPECIALIZE": False}   # NOTE: decided per build (shape_specialize), not by resolve()
         for knob in KNOBS:
             if not relevant[knob.name]:
                 continue

@@ -268,6 +268,9 @@ def restore(session: IreeSession, serialized, plan_info=None) -> IreeExecutionCo
         raise HipdnnError(Status.PLUGIN_ERROR, f"plan index says its module {chosen} is for "
                                                f"{variants_raw[chosen][0]}, the module says {target}")
     ctx = IreeExecutionContext(body, abi, target, tensors_from_abi(abi), vm_module=module, in_place=in_place)
+    if ctx.specialization is not None and module.lookup_function(ctx.specialization[0]) is None:
+        raise HipdnnError(Status.PLUGIN_ERROR, f"plan module's ABI names a specialized function "
+                                               f"'{ctx.specialization[0]}' the module does not have")
     if plan.metadata is not None:
         meta = plan.metadata
         ctx.compiler_version = meta.compiler_version.split(",")[0]

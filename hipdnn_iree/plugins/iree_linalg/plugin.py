@@ -127,8 +127,12 @@ class IreeLinalgPlugin:
 
     def describe_context(self, ctx: IreeExecutionContext) -> dict:
         """What a built or restored plan says of itself (``EXECUTION_PLAN_ENGINE_CONFIG`` and ``inspect``)."""
+        sp = ctx.specialization
         return {"engine_name": ctx.engine_name, "knobs": dict(ctx.knobs), "target": str(ctx.target),
-                "override_shapes": bool(ctx.override)}
+                "override_shapes": bool(ctx.override),
+                # specialized dynamic plans: the static function and the dims it serves
+                "shape_specialization": None if sp is None else
+                {"entry": sp[0], "dims": {u: list(d) for u, (d, _) in sorted(sp[1].items())}}}
 
 
 def _tuning_folder(s: IreeSession) -> str | None:

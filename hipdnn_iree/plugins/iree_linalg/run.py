@@ -39,9 +39,9 @@ def _importable(arr) -> bool:
     return arr.flags.writeable and arr.__array_interface__["data"][0] % HOST_ALIGNMENT == 0
 
 
-def _invoke_list(mod, args, n_out: int) -> None:
+def _invoke_list(mod, args, n_out: int, entry: str | None = None) -> None:
     try:
-        mod.invoke_list(args, n_out)
+        mod.invoke_list(args, n_out, entry)
     except Exception as e:
         raise HipdnnError(Status.EXECUTION_FAILED, f"IREE execution failed: {e}") from None
 
@@ -57,6 +57,20 @@ class _Bound:
     copy_back: tuple
     device: bool
     keep: tuple
+    entry: str | None = None   # the module function to run (entry_for); None: the module's entry
+
+
+def entry_for(ctx: IreeExecutionContext, tensors) -> str | None:
+    """A specialized plan's static function when every bound tensor of the call has exactly the
+    dims and strides it was built for (``ctx.specialization``), else None: the dynamic entry."""
+    sp = ctx.specialization
+    if sp is None:
+        return None
+    name, want = sp
+    for t in tensors:
+        if want.get(t.uid) != (tuple(t.dims), tuple(t.strides)):
+            return None
+    return name
 
 
 def _pack_key(variant_pack):
@@ -154,12 +168,12 @@ def _run(ctx: IreeExecutionContext, mod, bound: "_Bound", variant_pack: dict) ->
     if bound.device:
         synchronize_producers(list(variant_pack.values()))
     if not bound.copy_in and not bound.copy_back:
-        return _invoke_list(mod, bound.args, bound.n_out)
+        return _invoke_list(mod, bound.args, bound.n_out, bound.entry)
     # NOTE: staging arrays are per plan: one call at a time may use them.
     with ctx.staging_lock:
         for dst, src in bound.copy_in:
             np.copyto(dst, src)
-        _invoke_list(mod, bound.args, bound.n_out)
+        _invoke_list(mod, bound.args, bound.n_out, bound.entry)
         for dst, src in bound.copy_back:
             np.copyto(dst, src)
 
@@ -176,14 +190,15 @@ def _bind(ctx: IreeExecutionContext, mod, variant_pack: dict, tensors=None) -> "
         else:
             views, copy_in, copy_back = _stage(ctx, ins, outs, tensors)
         return _Bound(mod.arg_list(views), n_out, tuple(copy_in), tuple(copy_back), False,
-                      (tuple(variant_pack.values()), views))
+                      (tuple(variant_pack.values()), views), entry_for(ctx, tensors))
     dense = bind_device_pack(tensors, variant_pack, mod.device_uri.split("://", 1)[0])
     synchronize_producers(list(variant_pack.values()))
     try:
         views = [mod.dlpack_view(dense[t.uid]) for t in tensors]
     except Exception as e:
         raise HipdnnError(Status.BAD_PARAM, f"IREE cannot import a device tensor of the variant pack: {e}") from None
-    return _Bound(mod.arg_list(views), n_out, (), (), True, (tuple(variant_pack.values()), views))
+    return _Bound(mod.arg_list(views), n_out, (), (), True, (tuple(variant_pack.values()), views),
+                  entry_for(ctx, tensors))
 
 def _stage(ctx: IreeExecutionContext, ins: dict, outs: dict, tensors=None):
     """Views for a CPU call with some buffers IREE cannot use in place (not 64-byte aligned,

@@ -78,9 +78,12 @@ class LoadedModule:
             self.module = module if module is not None else r.VmModule.copy_buffer(inst, vmfb)
         except Exception as e:
             raise HipdnnError(Status.PLUGIN_ERROR, f"IREE cannot load the plan's module ({len(vmfb)} bytes): {e}") from None
+        self.entry = entry
         self.function = self.module.lookup_function(entry)
         if self.function is None:
             raise HipdnnError(Status.PLUGIN_ERROR, f"the plan's module has no entry function '{entry}'")
+        self.functions = {entry: self.function}
+        self.calls = {}   # function name -> invocations through invoke_list (which code ran: tests, benchmarks)
         try:
             hal = r.create_hal_module(inst, self.device)
             self.context = r.VmContext(inst, modules=[hal, self.module])
@@ -114,12 +117,25 @@ class LoadedModule:
             args.push_ref(v)
         return args
 
-    def invoke_list(self, args, n_results: int) -> None:
-        """Invokes with a prebuilt argument list; results land in the caller's buffers
-        (``iree.abi.output``), so the returned views are not read back."""
+    def lookup(self, name: str):
+        """The module's public function ``name`` (a specialized plan's static one), looked up once."""
+        fn = self.functions.get(name)
+        if fn is None:
+            fn = self.module.lookup_function(name)
+            if fn is None:
+                raise HipdnnError(Status.PLUGIN_ERROR, f"the plan's module has no function '{name}'")
+            self.functions[name] = fn
+        return fn
+
+    def invoke_list(self, args, n_results: int, entry: str | None = None) -> None:
+        """Invokes ``entry`` (None: the module's entry) with a prebuilt argument list; results land
+        in the caller's buffers (``iree.abi.output``), so the returned views are not read back."""
+        fn = self.function if entry is None else self.lookup(entry)
+        name = entry or self.entry
         rets = self._rt.VmVariantList(n_results)
         with self._lock:
-            self.context.invoke(self.function, args, rets)
+            self.calls[name] = self.calls.get(name, 0) + 1
+            self.context.invoke(fn, args, rets)
 
     def invoke(self, views: list, n_results: int) -> list:
         r = rt()
