@@ -392,3 +392,42 @@ def test_module_functions():
     assert "hipdnn-iree" in cudnn.backend_version_string()
     h = cudnn.create_handle()                   # no GPU here: the CPU
     assert h.device in ("local-task", "cuda", "hip")
+
+
+def test_repeated_execute_never_serves_a_stale_binding(handle, gen):
+    """The per-call caches (the facade's last pack, the engine's bindings keyed by object and
+    address) must follow a torch tensor that changes under the same Python object."""
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, handle=handle)
+    A = g.tensor(name="A", dim=[4, 8], stride=[8, 1])
+    B = g.tensor(name="B", dim=[4, 8], stride=[8, 1])
+    Y = g.add(a=A, b=B)
+    Y.set_output(True)
+    g.build([cudnn.heur_mode.A])
+    a, b, y = gen(4, 8), gen(4, 8), torch.empty(4, 8)
+    pack = {A: a, B: b, Y: y}
+    for _ in range(3):
+        g.execute(pack, None)
+        torch.testing.assert_close(y, a + b)
+    a.copy_(gen(4, 8))                              # new values in the same memory
+    g.execute(pack, None)
+    torch.testing.assert_close(y, a + b)
+    before = y[:]                                   # the output's old memory
+    before.fill_(-1.0)
+    y.set_(torch.zeros(4, 8))                       # same object, new storage
+    a.set_(gen(4, 8))
+    g.execute(pack, None)
+    torch.testing.assert_close(y, a + b)
+    assert torch.all(before == -1.0)                # the old output memory was not written
+    b.data = b.double()                             # same object, other dtype: refused, output untouched
+    y.fill_(3.0)
+    with pytest.raises(hd.HipdnnError) as e:
+        g.execute(pack, None)
+    assert e.value.status == hd.Status.BAD_PARAM and torch.all(y == 3.0)
+    b.data = b.float()
+    a.resize_(2, 8)                                 # same object, too small now: refused
+    with pytest.raises(hd.HipdnnError) as e:
+        g.execute(pack, None)
+    assert e.value.status == hd.Status.BAD_PARAM and torch.all(y == 3.0)
+    a.set_(gen(4, 8))
+    g.execute(pack, None)
+    torch.testing.assert_close(y, a + b)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -73,15 +74,27 @@ def entry_for(ctx: IreeExecutionContext, tensors) -> str | None:
     return name
 
 
+def _torch_tensor_type():
+    """``torch.Tensor`` when torch is imported (a pack can hold torch tensors only then), else None."""
+    torch = sys.modules.get("torch")
+    return getattr(torch, "Tensor", None)
+
+
 def _pack_key(variant_pack):
     """The pack by object identity plus what a caller can change on the same object (shape,
-    strides, dtype, writability); the cache entry keeps the objects alive, so no id is reused."""
+    strides, dtype, writability; a torch tensor's address and device too: ``set_``, ``resize_``
+    and ``.data =`` move it); the cache entry keeps the objects alive, so no id is reused."""
     if type(variant_pack) is not dict:
         return None
     key = []
+    tensor = _torch_tensor_type()
     for uid, obj in variant_pack.items():
         if type(obj) is np.ndarray:
             key.append((uid, id(obj), obj.shape, obj.strides, obj.dtype, obj.flags.writeable))
+        elif type(obj) is tensor:
+            # NOTE: per-call cost: the fields as torch gives them (no str()); torch.Size, dtype and
+            # device compare by value
+            key.append((uid, id(obj), obj.data_ptr(), obj.shape, obj.stride(), obj.dtype, obj.device))
         else:
             k = _buffer_key(obj)
             if k is None:
