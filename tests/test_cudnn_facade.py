@@ -431,3 +431,60 @@ def test_repeated_execute_never_serves_a_stale_binding(handle, gen):
     a.set_(gen(4, 8))
     g.execute(pack, None)
     torch.testing.assert_close(y, a + b)
+
+
+def test_activation_backward_methods_vs_torch_autograd(handle, gen):
+    x, dy = 3 * gen(6, 40), gen(6, 40)
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, intermediate_data_type=cudnn.data_type.FLOAT,
+                      compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+    X = g.tensor(name="X", dim=[6, 40], stride=[40, 1])
+    DY = g.tensor(name="DY", dim=[6, 40], stride=[40, 1])
+    F = torch.nn.functional
+    cases = {   # method -> (facade call, torch forward whose input gradient is the reference)
+        "relu_backward": (lambda: g.relu_backward(loss=DY, input=X), torch.relu),
+        "relu_backward_clip": (lambda: g.relu_backward(loss=DY, input=X, lower_clip=-0.5, upper_clip=0.7),
+                               lambda t: torch.clamp(t, -0.5, 0.7)),
+        "leaky_relu_backward": (lambda: g.leaky_relu_backward(loss=DY, input=X, negative_slope=0.1),
+                                lambda t: F.leaky_relu(t, 0.1)),
+        "tanh_backward": (lambda: g.tanh_backward(loss=DY, input=X), torch.tanh),
+        "sigmoid_backward": (lambda: g.sigmoid_backward(loss=DY, input=X), torch.sigmoid),
+        "elu_backward": (lambda: g.elu_backward(loss=DY, input=X), F.elu),
+        "gelu_backward": (lambda: g.gelu_backward(loss=DY, input=X), F.gelu),
+        "gelu_approx_tanh_backward": (lambda: g.gelu_approx_tanh_backward(loss=DY, input=X),
+                                      lambda t: F.gelu(t, approximate="tanh")),
+        "softplus_backward": (lambda: g.softplus_backward(loss=DY, input=X), F.softplus),
+        "swish_backward": (lambda: g.swish_backward(loss=DY, input=X), F.silu),
+    }
+    outs = {}
+    for k, (call, _) in cases.items():
+        outs[k] = call()
+        outs[k].set_output(True)
+    g.build([cudnn.heur_mode.A])
+    bufs = {k: torch.full((6, 40), float("nan")) for k in cases}
+    g.execute({X: x, DY: dy, **{outs[k]: bufs[k] for k in cases}}, None)
+    for k, (_, fwd) in cases.items():
+        xr = x.clone().requires_grad_(True)
+        fwd(xr).backward(dy)
+        torch.testing.assert_close(bufs[k], xr.grad, atol=2e-5, rtol=2e-5, msg=k)
+
+
+def test_cudnn_methods_this_engine_does_not_lower_are_not_supported_by_name(handle):
+    from hipdnn_iree.cudnn._graph import NOT_SUPPORTED_METHODS
+    # cuDNN FE's backward, training and data-movement ops the issue names are all listed
+    assert {"sdpa_backward", "layernorm_backward", "batchnorm", "batchnorm_backward", "rmsnorm_backward",
+            "instancenorm", "block_scale_quantize", "block_scale_dequantize", "sdpa_fp8", "slice",
+            "concatenate"} <= set(NOT_SUPPORTED_METHODS)
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.HALF, handle=handle)
+    q = g.tensor(name="Q", dim=[1, 2, 8, 16], stride=[256, 128, 16, 1])
+    for meth in NOT_SUPPORTED_METHODS:
+        with pytest.raises(cudnn.cudnnGraphNotSupportedError) as e:
+            getattr(g, meth)(q, name="x")
+        assert isinstance(e.value, hd.HipdnnError) and e.value.status == hd.Status.NOT_SUPPORTED
+        assert f"pygraph.{meth}:" in str(e.value) and "not supported" in str(e.value)
+        assert meth in cudnn.get_last_error_string()
+    with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="sdpa_backward"):   # cuDNN's keywords
+        g.sdpa_backward(q=q, k=q, v=q, o=q, dO=q, stats=q, attn_scale=0.25, use_causal_mask=True)
+    with pytest.raises(AttributeError):                  # a misspelt method is still an AttributeError
+        g.sdpa_backwards(q=q)
+    with pytest.raises(AttributeError):
+        g.layer_norm_backward

@@ -188,6 +188,10 @@ _BINARY_AB = {"add": "ADD", "sub": "SUB", "mul": "MUL", "div": "DIV", "add_squar
 _BINARY_01 = {"max": "MAX_OP", "min": "MIN_OP", "pow": "POW", "mod": "MOD"}
 _CMP = {"cmp_eq": "CMP_EQ", "cmp_neq": "CMP_NEQ", "cmp_gt": "CMP_GT", "cmp_ge": "CMP_GE", "cmp_lt": "CMP_LT",
         "cmp_le": "CMP_LE"}
+# cuDNN FE's activation backward methods taking (loss, input) only (relu/leaky_relu_backward take clips)
+_BACKWARD = {"tanh_backward": "TANH_BWD", "sigmoid_backward": "SIGMOID_BWD", "elu_backward": "ELU_BWD",
+             "gelu_backward": "GELU_BWD", "gelu_approx_tanh_backward": "GELU_APPROX_TANH_BWD",
+             "softplus_backward": "SOFTPLUS_BWD", "swish_backward": "SWISH_BWD"}
 
 
 class pygraph:
@@ -413,6 +417,17 @@ class pygraph:
     @_translate
     def binary_select(self, input0, input1, mask, compute_data_type=None, name=""):
         return self._pw("BINARY_SELECT", input0, input1, mask, compute_data_type, name)
+
+    # -- ops: activation backward (cuDNN FE's *_backward pointwise: loss = dy, input = x) -----------
+    @_translate
+    def relu_backward(self, loss, input, negative_slope=None, lower_clip=None, upper_clip=None,
+                      compute_data_type=None, name=""):
+        return self._pw("RELU_BWD", loss, input, None, compute_data_type, name, relu_lower_clip=lower_clip,
+                        relu_upper_clip=upper_clip, relu_lower_clip_slope=negative_slope)
+
+    @_translate
+    def leaky_relu_backward(self, loss, input, negative_slope, compute_data_type=None, name=""):
+        return self._pw("RELU_BWD", loss, input, None, compute_data_type, name, relu_lower_clip_slope=negative_slope)
 
     # -- ops: reductions and normalizations -----------------------------------------------------
     @_translate
@@ -958,6 +973,69 @@ def _add_simple_ops():
             fn.__doc__ = f"Pointwise {mode} (cuDNN FE's ``{meth}``)."
             setattr(pygraph, meth, _translate(fn))
 
+    def backward(mode):
+        def op(self, loss, input, compute_data_type=None, name=""):
+            return self._pw(mode, loss, input, None, compute_data_type, name)
+        return op
+
+    for meth, mode in _BACKWARD.items():
+        fn = backward(mode)
+        fn.__name__ = meth
+        fn.__doc__ = f"Pointwise {mode} (cuDNN FE's ``{meth}``): ``loss * f'(input)``."
+        setattr(pygraph, meth, _translate(fn))
+
+
+# NOTE: cuDNN FE's pygraph methods (python/pygraph/{pygraph,norm,sdpa}.cpp, cuDNN FE 1.x) that this
+# engine does not lower: each is a method that raises cudnnGraphNotSupportedError naming it, so
+# cuDNN code gets the error it already catches for graphs no engine supports. They are listed one
+# by one (no __getattr__): a misspelt method name stays an AttributeError.
+NOT_SUPPORTED_METHODS = {
+    "batchnorm": "batchnorm training (batch statistics, running-stat update); batchnorm_inference is supported",
+    "batchnorm_backward": "the batchnorm backward pass",
+    "layernorm_backward": "the layernorm backward pass",
+    "rmsnorm_backward": "the rmsnorm backward pass",
+    "instancenorm": "instance normalization",
+    "instancenorm_backward": "the instancenorm backward pass",
+    "adalayernorm": "adaptive layernorm",
+    "adalayernorm_backward": "the adaptive layernorm backward pass",
+    "sdpa_backward": "the SDPA backward pass",
+    "scaled_dot_product_flash_attention_backward": "the SDPA backward pass",
+    "sdpa_fp8": "FP8 SDPA (FP8 data types)",
+    "sdpa_fp8_backward": "the FP8 SDPA backward pass",
+    "genstats": "genstats (per-channel sum and sum of squares)",
+    "slice": "slice",
+    "reshape": "reshape",
+    "transpose": "transpose as an op (describe a transposed input with strides instead)",
+    "concatenate": "concatenate",
+    "block_scale_quantize": "block-scale quantization (FP8/FP4 block scaling)",
+    "block_scale_dequantize": "block-scale dequantization (FP8/FP4 block scaling)",
+    "rope": "rotary position embedding (rope)",
+    "rope_backward": "the rope backward pass",
+    "moe_grouped_matmul": "MoE grouped matmul",
+    "moe_grouped_matmul_bwd": "the MoE grouped matmul backward pass",
+    "tensor_scalar": "tensor_scalar (pass a Python number as the operand, or graph.tensor(is_pass_by_value=True))",
+    "populate_cuda_graph": "CUDA graph population (IREE runs the plan; there is no cuDNN CUDA graph)",
+    "update_cuda_graph": "CUDA graph population (IREE runs the plan; there is no cuDNN CUDA graph)",
+}
+
+
+def _add_not_supported():
+    def refuse(meth, what):
+        def op(self, *args, **kwargs):
+            from hipdnn_iree.cudnn._handle import _LAST_ERROR
+            msg = f"pygraph.{meth}: {what} is not supported by hipdnn-iree (docs/cudnn_migration.md, What is missing)"
+            _LAST_ERROR[0] = msg
+            raise cudnnGraphNotSupportedError(msg)
+        op.__name__ = meth
+        op.__doc__ = f"Not supported here: {what}; raises ``cudnnGraphNotSupportedError``."
+        return op
+
+    for meth, what in NOT_SUPPORTED_METHODS.items():
+        if meth in vars(pygraph):   # NOTE: a method implemented later must leave this table
+            raise RuntimeError(f"pygraph.{meth} is implemented and listed in NOT_SUPPORTED_METHODS")
+        setattr(pygraph, meth, refuse(meth, what))
+
 
 _add_simple_ops()
+_add_not_supported()
 pygraph.scaled_dot_product_flash_attention = pygraph.sdpa      # cuDNN FE 1.0's name for sdpa
