@@ -290,7 +290,7 @@ def get_serialized_execution_plan(plan: ExecutionPlanDescriptor, requested_byte_
 
 
 def serialize_execution_plan(plan: ExecutionPlanDescriptor, signing_key=None,
-                             envelope_version: int = _envelope.ENVELOPE_VERSION) -> bytes:
+                             envelope_version: int = _envelope.ENVELOPE_VERSION, payload: str = "compiled") -> bytes:
     """Convenience: the plan's envelope bytes (version 1, the RFC's five fields: the only one written).
 
     Version 2 (hipdnn-iree 0.1.0's layout) is read, never written: hipDNN's forks misread it.
@@ -299,7 +299,7 @@ def serialize_execution_plan(plan: ExecutionPlanDescriptor, signing_key=None,
         raise HipdnnError(Status.NOT_SUPPORTED, f"cannot write envelope version {envelope_version}: hipdnn-iree "
                                                 f"writes version {_envelope.ENVELOPE_VERSION} (the RFC's five "
                                                 "fields); version 2 is read-only, for plans from hipdnn-iree 0.1.0")
-    return _serialize(plan, signing_key, envelope_version)
+    return _serialize(plan, signing_key, envelope_version, payload=payload)
 
 
 def create_and_deserialize_execution_plan(handle: Handle, serialized_plan, verify_key=None) -> ExecutionPlanDescriptor:

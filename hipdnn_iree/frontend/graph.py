@@ -463,10 +463,9 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
         plan = self._require_plan("serialize_compiled_plan")
         if _envelope_version is not None:  # NOTE: only the frozen-corpus script writes old versions
             return _backend.serialize_execution_plan(plan, signing_key, _envelope_version)
-        n = _backend.get_serialized_execution_plan(plan, 0, None, signing_key, payload=payload)
-        buf = bytearray(n)
-        _backend.get_serialized_execution_plan(plan, n, buf, signing_key, payload=payload)
-        return bytes(buf)
+        # NOTE: the envelope's bytes as encoded (hipDNN's two-call pattern, get_serialized_execution_plan,
+        # would copy them twice more: into a caller buffer and back to bytes)
+        return _backend.serialize_execution_plan(plan, signing_key, payload=payload)
 
     def to_compiled_plan_binary(self, signing_key=None) -> bytes:
         return self.serialize_compiled_plan(signing_key)
