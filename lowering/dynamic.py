@@ -13,8 +13,8 @@ Rules (per op; dims that must be equal across tensors are unified into one class
   layernorm/rmsnorm, the kept axes of reductions, the spatial axes of batchnorm;
 - conv N varies; so do H and W of ungrouped 2-D conv_fprop (``conv_spatial``, on by default): the
   output's sizes are derived from the input's (``(H + pad - extent) // stride + 1``); other convs
-  (grouped, 1-D, 3-D, dgrad, wgrad) keep H/W fixed, and conv_wgrad keeps N fixed too (IREE 3.13
-  cannot compile its N-contraction with N dynamic for GPUs);
+  (grouped, 1-D, 3-D, dgrad, wgrad) keep H/W fixed; conv_wgrad keeps N fixed only in a graph that
+  also has a conv_fprop (IREE 3.13's GPU channels-last pass cannot take its N-contraction dynamic);
 - fixed: channels, filter sizes, heads, head dims, matmul K and N, normalized axes, reduced axes,
   and any dim of size 1 that broadcasts against a larger dim (or against a varying one);
 - pointwise ops take what the other ops say about their dims; a graph of pointwise ops only
@@ -450,15 +450,17 @@ def _sdpa(f: _Facts, node):
                 f.mark((u, i), _FIXED)
 
 
-def _conv(f: _Facts, node, conv_spatial: bool):
+def _conv(f: _Facts, node, conv_spatial: bool, wgrad_n: bool = True):
     from lowering.ops.conv import conv_params
     at = node.attrs
     x, w, y = at.x_uid, at.w_uid, at.y_uid
     dx, dw = f.dims(x), f.dims(w)
     f.union((x, 0), (y, 0))
-    # NOTE: conv_wgrad contracts over N; with N dynamic IREE 3.13 fails to compile it for rocm and cuda
-    # ("'tensor.collapse_shape' op expected dimension 1 of collapsed type to be dynamic"), so N stays fixed
-    f.mark((x, 0), _FIXED if node.kind == OpKind.CONV_WGRAD else _VARY, "N")
+    # NOTE: conv_wgrad contracts over N. With N dynamic, IREE 3.13's convert-conv-to-channels-last pass
+    # (which GPU builds of graphs with a conv_fprop need: knobs.resolve) fails on it ("'tensor.collapse_shape'
+    # op expected dimension 1 of collapsed type to be dynamic"); without the pass it compiles for rocm,
+    # cuda and the CPU. So N varies for wgrad unless the graph also has a conv_fprop (wgrad_n=False).
+    f.mark((x, 0), _FIXED if node.kind == OpKind.CONV_WGRAD and not wgrad_n else _VARY, "N")
     for u in (x, y, w):
         f.mark((u, 1), _FIXED)
     f.mark((w, 0), _FIXED)
@@ -489,9 +491,10 @@ def analyze(graph: GraphDesc, conv_spatial: bool = True) -> ShapeSpec:
     """Which dims of ``graph``'s tensors may vary (module docstring). ``conv_spatial``: let the H/W of
     ungrouped 2-D conv_fprop vary too (outputs derived from inputs); False keeps every conv's H/W fixed."""
     f = _Facts(graph)
+    wgrad_n = not any(n.kind == OpKind.CONV_FPROP for n in graph.nodes)
     for node in graph.nodes:
         if node.kind in _CONV:
-            _conv(f, node, conv_spatial)
+            _conv(f, node, conv_spatial, wgrad_n)
         elif node.kind in _RULES:
             _RULES[node.kind](f, node)
         else:

@@ -177,15 +177,24 @@ def test_grouped_conv_keeps_spatial_fixed(cpu):
     assert analyze(_desc(g, cpu)).varying() == {1: [0], 3: [0]}
 
 
-def test_wgrad_keeps_n_fixed(cpu):
-    """conv_wgrad contracts over N: IREE 3.13 cannot compile that with N dynamic for GPUs, so nothing varies."""
-    g = hd.Graph(name="wgrad", io_data_type=F)
-    dy = g.tensor(name="dy", uid=1, dim=[2, 4, 6, 7])
-    x = g.tensor(name="x", uid=2, dim=[2, 3, 6, 7])
-    dw = g.conv_wgrad(dy, x, padding=[1, 1])
-    dw.set_dim([4, 3, 3, 3])
-    _out(dw, 3)
-    s = analyze(_desc(g, cpu))
+def test_wgrad_lets_n_vary_unless_the_graph_has_a_conv_fprop(cpu):
+    """conv_wgrad contracts over N: alone, N varies (its GPU builds then skip IREE's channels-last pass,
+    which cannot take a dynamic N there: knobs.resolve); beside a conv_fprop (whose f16 GPU builds need
+    that pass) N stays fixed."""
+    def graph(with_fprop):
+        g = hd.Graph(name="wgrad", io_data_type=F)
+        dy = g.tensor(name="dy", uid=1, dim=[2, 4, 6, 7])
+        x = g.tensor(name="x", uid=2, dim=[2, 3, 6, 7])
+        dw = g.conv_wgrad(dy, x, padding=[1, 1])
+        dw.set_dim([4, 3, 3, 3])
+        _out(dw, 3)
+        if with_fprop:
+            w = g.tensor(name="w", uid=4, dim=[4, 3, 3, 3])
+            _out(g.conv_fprop(x, w, padding=[1, 1]), 5)
+        return _desc(g, cpu)
+    s = analyze(graph(False))
+    assert s.varying() == {1: [0], 2: [0]} and "symbol N" in s.allowed(1, 0)
+    s = analyze(graph(True))
     assert s.varying() == {} and s.allowed(1, 0) == "fixed at 2"
 
 

@@ -143,7 +143,7 @@ def _abi_at(abi: dict, desc: GraphDesc) -> dict:
 
 def _build_one(session: IreeSession, target: Target, op_graph: bytes, desc: GraphDesc, summary: GraphSummary,
                knobs: dict, refusal: tuple, spec=None, kernel_cache=None, special=False) -> IreeExecutionContext:
-    resolved = resolve(target, summary, knobs)
+    resolved = resolve(target, summary, knobs, dynamic=spec is not None and spec.is_dynamic())
     flags = resolved.flags + tuple(session.compile_flags)   # NOTE: the caller's flags last: they win
     policy_key = resolved.policy.to_json()
     kc_key = None

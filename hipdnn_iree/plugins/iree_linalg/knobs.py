@@ -146,8 +146,9 @@ class Resolved:
         return (self.policy, self.flags)
 
 
-def resolve(target: Target, summary: GraphSummary, knobs: dict) -> Resolved:
-    """The policy and flags for ``knobs`` (checked names/values; missing ones are ``AUTO``)."""
+def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = False) -> Resolved:
+    """The policy and flags for ``knobs`` (checked names/values; missing ones are ``AUTO``).
+    ``dynamic``: the build lowers some dims as dynamic (an override-shape graph)."""
     get = lambda name: knobs.get(name, AUTO)  # noqa: E731
     cpu = target.backend == "llvm-cpu"
     policy = LoweringPolicy.for_target(str(target))
@@ -167,6 +168,10 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict) -> Resolved:
         # conv_dgrad was right only without it (targets.GPU_CONV_FLAGS). AUTO keeps that rule.
         auto = (bool(kinds & {OpKind.CONV_FPROP, OpKind.CONV_WGRAD})
                 and (OpKind.CONV_DGRAD not in kinds or OpKind.CONV_FPROP in kinds))
+        # NOTE: the pass fails on a conv_wgrad with a dynamic N (lowering/dynamic.py lets N vary for wgrad
+        # when the graph has no conv_fprop): such dynamic builds compile without it
+        if dynamic and OpKind.CONV_FPROP not in kinds:
+            auto = False
         if (layout == "CHANNELS_LAST" and summary.has_conv) or (layout == AUTO and auto):
             flags += list(GPU_CONV_FLAGS)
     # NOTE: data tiling only for all-f32 graphs without sdpa by default: with f16/bf16 IREE 3.13 fails
