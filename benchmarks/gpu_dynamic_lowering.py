@@ -15,10 +15,20 @@ import numpy as np
 
 CASES = ("mlp", "bmm", "pointwise", "reduction", "layernorm", "rmsnorm", "batchnorm", "sdpa", "sdpa_mask", "sdpa_plain",
          "sdpa_plain@composed", "sdpa_big", "sdpa_big@composed",
-         "gqa_block", "conv", "conv_hw_nchw", "conv_dgrad")
+         "gqa_block", "conv", "conv_hw_nchw", "conv_dgrad", "conv_wgrad", "conv_wgrad@f16")
+TOL = {"float32": 2e-3, "float16": 2e-2}
 
 
-def prepare(folder: str) -> None:
+def _wgrad(N, dt):
+    import hipdnn_iree as hd
+    g = hd.Graph(name="wgrad", io_data_type=dt, compute_data_type=hd.DataType.FLOAT)
+    dy = g.tensor(name="dy", uid=1, dim=[N, 16, 14, 14])
+    x = g.tensor(name="x", uid=2, dim=[N, 8, 14, 14])
+    g.conv_wgrad(dy, x, padding=[1, 1]).set_dim([16, 8, 3, 3]).set_output(True).set_uid(3)
+    return g
+
+
+def prepare(folder: str, only=None) -> None:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
     import hipdnn_iree as hd
     import test_dynamic_lowering as T
@@ -26,28 +36,27 @@ def prepare(folder: str) -> None:
     from hipdnn_iree.plugins.iree_linalg.targets import parse_target
     from lowering import decode_graph, lower
     from lowering.dynamic import analyze
-    from lowering.graph_ir import OpKind
+    from hipdnn_iree.plugins.iree_linalg.knobs import GraphSummary, resolve
     os.makedirs(folder, exist_ok=True)
     cpu = hd.create_handle()
     rng = np.random.default_rng(20)
     target = parse_target("cuda:sm_80")
     index = {}
-    from lowering.policy import LoweringPolicy
     cases = {**T.CASES, "sdpa_big": (lambda B, S, S2: T.sdpa_plain(B, S, S2, 12, 64), (4, 128, 128),
-                                     [(1, 7, 7), (3, 100, 100), (4, 128, 128)])}
-    for name in CASES:
+                                     [(1, 7, 7), (3, 100, 100), (4, 128, 128)]),
+             "conv_wgrad": (lambda N: _wgrad(N, hd.DataType.FLOAT), (4,), [(1,), (3,), (4,), (7,)]),
+             "conv_wgrad@f16": (lambda N: _wgrad(N, hd.DataType.HALF), (4,), [(1,), (3,), (4,), (7,)])}
+    for name in (only or CASES):
         base, _, form = name.partition("@")
-        build, built, runs = cases[base]
+        build, built, runs = cases[name if name in cases else base]
         data = T._graph_bytes(build(*built), cpu)
         desc = decode_graph(data)
         spec = analyze(desc)
-        policy = LoweringPolicy.for_target("cuda:sm_80")
-        if form == "composed":
-            policy = policy.with_(sdpa_fused=False)
-        lowered = lower(data, target="cuda:sm_80", shape_spec=spec, policy=policy)
-        flags = target.graph_flags({n.kind for n in desc.nodes},
-                                   conv_ranks=[len(desc.tensor(n.attrs.x_uid).dims) - 2 for n in desc.nodes
-                                               if n.kind == OpKind.CONV_FPROP])
+        # NOTE: the engine's own choice (knobs.resolve, as a dynamic build): policy and flags
+        knobs = {"SDPA_FORM": "COMPOSED"} if form == "composed" else {}
+        resolved = resolve(target, GraphSummary.of(desc), knobs, dynamic=True)
+        lowered = lower(data, target="cuda:sm_80", shape_spec=spec, policy=resolved.policy)
+        flags = resolved.flags
         with open(os.path.join(folder, f"{name}.vmfb"), "wb") as f:
             f.write(compile_mlir(lowered.mlir, target, tuple(flags)).vmfb)
         abi = lowered.abi["tensors"]
@@ -60,13 +69,17 @@ def prepare(folder: str) -> None:
             ins = [a["uid"] for a in abi if a["role"] == "input"]
             dims = spec.resolve({u: tuple(tensors[u].get_dim()) for u in ins})
             phys = {u: tuple(dims[u][a] for a in spec.orders[u]) for u in dims}
+            half = form == "f16"
             pack = {u: T._random(rng, phys[u], tensors[u].get_data_type()) for u in ins}
+            if half:
+                pack = {u: a.astype(np.float16) for u, a in pack.items()}
             outs = [a["uid"] for a in abi if a["role"] == "output"]
-            want = {u: np.zeros(phys[u], np.float32) for u in outs}
+            want = {u: np.zeros(phys[u], np.float16 if half else np.float32) for u in outs}
             g.execute(cpu, {u: a.transpose(np.argsort(spec.orders[u])) for u, a in {**pack, **want}.items()})
             arrays = {**{f"in{u}": a for u, a in pack.items()}, **{f"want{u}": a for u, a in want.items()}}
             np.savez(os.path.join(folder, f"{name}_{r}.npz"), **arrays)
-            entries.append({"sizes": list(sizes), "args": [[a["uid"], a["role"], list(phys[a["uid"]])] for a in abi]})
+            entries.append({"sizes": list(sizes), "dtype": "float16" if half else "float32",
+                            "args": [[a["uid"], a["role"], list(phys[a["uid"]])] for a in abi]})
         index[name] = {"symbols": spec.symbols, "runs": entries}
     with open(os.path.join(folder, "index.json"), "w") as f:
         json.dump(index, f, indent=1)
@@ -85,14 +98,15 @@ def run(folder: str, out_path: str) -> None:
         main = ctx.modules.module["main"]
         for r, entry in enumerate(case["runs"]):
             z = np.load(os.path.join(folder, f"{name}_{r}.npz"))
-            args = [z[f"in{u}"] if role == "input" else np.zeros(shape, np.float32) for u, role, shape in entry["args"]]
+            dtype = entry.get("dtype", "float32")
+            args = [z[f"in{u}"] if role == "input" else np.zeros(shape, dtype) for u, role, shape in entry["args"]]
             res = main(*args)
             outs = [u for u, role, _ in entry["args"] if role == "output"]
             res = [res] if len(outs) == 1 else list(res)
             for u, got in zip(outs, res):
                 got, want = np.asarray(got.to_host(), np.float64), z[f"want{u}"].astype(np.float64)
                 err = float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30)) if want.size else 0.0
-                good = got.shape == want.shape and err < 2e-3
+                good = got.shape == want.shape and err < TOL[dtype]
                 ok &= good
                 results.append({"case": name, "sizes": entry["sizes"], "uid": u, "rel_max_err": err, "pass": good})
                 print(f"{'PASS' if good else 'FAIL'} {name} {entry['sizes']} uid {u}: rel max err {err:.2e}", flush=True)
@@ -107,6 +121,6 @@ def run(folder: str, out_path: str) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "prepare":
-        prepare(sys.argv[2])
+        prepare(sys.argv[2], sys.argv[3:] or None)
     else:
         run(sys.argv[2], sys.argv[3])
