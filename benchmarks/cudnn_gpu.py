@@ -7,6 +7,12 @@ A second path is tried too: the same graphs built through the facade on the GPU 
 the compile cache filled here (``--cache``); it works only if a build can be served from the
 cache without the compiler.
 
+Per-call cost (``run``): a tiny add through the facade, ``hd.Graph.execute``, the plugin's
+``run.execute`` and IREE's bare invoke of the same module (the floor), against torch eager, each
+with a device synchronize per call, variants interleaved (``_interleaved``); then the floor in fresh
+processes under IREE runtime flags and for the tiny plan compiled under other flags
+(``COMPILE_VARIANTS``, written by ``compile``).
+
     python benchmarks/cudnn_gpu.py compile --out .cudnn_plans --cache .cudnn_cache   # here
     python benchmarks/cudnn_gpu.py run --plans .cudnn_plans --cache .cudnn_cache --json out.json   # on the GPU
 """
@@ -118,7 +124,20 @@ def compile_plans(out: str, cache: str | None) -> None:
         print("compiled", name)
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
+    # the tiny plan again under compile flags that change how IREE records and submits work
+    from hipdnn_iree.backend.handle import open_handle
+    for label, flags in COMPILE_VARIANTS.items():
+        h = cudnn.Handle(open_handle(None, TARGET, None, None, None, compile_flags=tuple(flags)))
+        g, _, _ = _cases(cudnn)["tiny_add_f32"][0](h)
+        g.build([cudnn.heur_mode.A])
+        with open(os.path.join(out, f"tiny_add_f32.{label}.variant"), "wb") as f:
+            f.write(g.serialize())
+        print("compiled tiny_add_f32", label, flags)
 
+
+# compile-flag variants of the tiny plan whose bare invoke is timed too (run: child processes)
+COMPILE_VARIANTS = {"no_memoization": ["--iree-hal-memoization=false"],
+                    "no_indirect_command_buffers": ["--iree-hal-indirect-command-buffers=false"]}
 
 _DT = {"HALF": "float16", "FLOAT": "float32"}
 
@@ -130,16 +149,86 @@ def _alloc(torch, d, fill):
     return base.as_strided(d["dim"], d["stride"])
 
 
-def _time(fn, n=300, warm=30):
-    for _ in range(warm):
+def _interleaved(variants: dict, rounds: int = 40, per_round: int = 25, warm: int = 30) -> dict:
+    """Each variant ``(setup, fn, teardown)`` runs ``per_round`` calls per round, variants in turn
+    (order reversed every other round); per-call wall time of every call and the calling thread's
+    CPU time per round. Returns median / p10 / p90 per variant."""
+    for setup, fn, teardown in variants.values():
+        setup()
+        for _ in range(warm):
+            fn()
+        teardown()
+    wall = {k: [] for k in variants}
+    cpu = {k: [] for k in variants}
+    names = list(variants)
+    for r in range(rounds):
+        for k in (names if r % 2 == 0 else names[::-1]):
+            setup, fn, teardown = variants[k]
+            setup()
+            c = time.thread_time_ns()
+            for _ in range(per_round):
+                t = time.perf_counter_ns()
+                fn()
+                wall[k].append((time.perf_counter_ns() - t) / 1e3)
+            cpu[k].append((time.thread_time_ns() - c) / per_round / 1e3)
+            teardown()
+    out = {}
+    for k in names:
+        w = sorted(wall[k])
+        n = len(w)
+        out[k] = {"median_us": statistics.median(w), "p10_us": w[n // 10], "p90_us": w[9 * n // 10], "n": n,
+                  "thread_cpu_median_us": statistics.median(cpu[k])}
+    return out
+
+
+_FLOOR_CHILD = r"""
+import json, statistics, sys, time
+import iree.runtime as rt
+rt.flags.parse_flags(*sys.argv[3:])          # before the device is created
+import torch
+import hipdnn_iree.cudnn as cudnn
+handle = cudnn.create_handle(device="cuda", target="cuda:sm_80")
+g = cudnn.pygraph()
+g.deserialize(handle, open(sys.argv[1], "rb").read())
+a, b, c = (torch.randn(1, 1024, device="cuda") for _ in range(3))
+pack = {1: a, 2: b, 3: c}
+g.execute(pack, None, handle=handle)
+torch.cuda.synchronize()
+assert torch.equal(c, a + b)
+mod = g.hd_graph.get_execution_plan().context.module
+args = mod.arg_list([mod.dlpack_view(x) for x in (a, b, c)])
+rets = mod._rt.VmVariantList(1)
+def floor():
+    mod.context.invoke(mod.function, args, rets)
+    torch.cuda.synchronize()
+def facade():
+    g.execute(pack, None, handle=handle)
+    torch.cuda.synchronize()
+res = {}
+for name, fn in (("iree_floor", floor), ("facade_execute", facade)):
+    for _ in range(50):
         fn()
-    out = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t) * 1e6)
-    out.sort()
-    return {"median_us": statistics.median(out), "p10_us": out[n // 10], "p90_us": out[9 * n // 10], "n": n}
+    w = []
+    for _ in range(1000):
+        t = time.perf_counter_ns(); fn(); w.append((time.perf_counter_ns() - t) / 1e3)
+    w.sort()
+    res[name] = {"median_us": statistics.median(w), "p10_us": w[100], "p90_us": w[900], "n": 1000}
+json.dump(res, open(sys.argv[2], "w"))
+"""
+
+
+def _floor_in_child(plan_path: str, flags: list[str]) -> dict:
+    """The tiny plan's bare invoke and facade execute in a fresh process whose IREE runtime
+    flags (``--cuda_use_streams=false``...) are parsed before its CUDA device is created."""
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "r.json")
+        p = subprocess.run([sys.executable, "-c", _FLOOR_CHILD, plan_path, out, *flags], capture_output=True,
+                           text=True, timeout=120)
+        if p.returncode != 0:
+            return {"error": p.stderr[-800:]}
+        return json.load(open(out))
 
 
 def run(plans: str, cache: str | None, out_json: str | None) -> int:
@@ -177,33 +266,136 @@ def run(plans: str, cache: str | None, out_json: str | None) -> int:
 
     g, pack, (a, b), (c,) = graphs["tiny_add_f32"]
     hd_graph = g.hd_graph
+    ctx = hd_graph.get_execution_plan().context
+    mod = ctx.module
+    from hipdnn_iree.plugins.iree_linalg import run as plugin_run
+    # the floor: IREE's own invocation of the same module on the same buffers, arguments prebuilt
+    floor_args = mod.arg_list([mod.dlpack_view(pack[t.uid]) for t in ctx.tensors])
+    floor_rets = mod._rt.VmVariantList(1)
+    sync = torch.cuda.synchronize
+    nothing = lambda: None  # noqa: E731
+    stream_state = {}
 
-    def facade():
-        g.execute(pack, None)
-        torch.cuda.synchronize()
-
-    def facade_stream():
+    def with_stream():
         cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream())
-        g.execute(pack, None, handle=handle)
-        torch.cuda.synchronize()
 
-    def raw_hd():
-        hd_graph.execute(handle.hd, pack)
-        torch.cuda.synchronize()
+    def without_stream():
+        cudnn.set_stream(handle=handle, stream=None)
+
+    class NoInvoke:
+        def invoke(self, fn, args, rets):
+            pass
+
+    def stub_on():
+        stream_state["ctx"] = mod.context
+        mod.context = NoInvoke()
+
+    def stub_off():
+        mod.context = stream_state.pop("ctx")
 
     def eager():
         torch.add(a, b, out=c)
-        torch.cuda.synchronize()
+        sync()
 
-    def sync_only():
-        torch.cuda.synchronize()
+    def facade():
+        g.execute(pack, None)
+        sync()
 
-    for label, fn in (("torch_eager", eager), ("facade_execute", facade), ("facade_execute_set_stream", facade_stream),
-                      ("hd_graph_execute", raw_hd), ("synchronize_only", sync_only), ("torch_eager_2", eager),
-                      ("facade_execute_2", facade)):
-        res["timing"][label] = _time(fn)
-        print(f"| {label} | {res['timing'][label]['median_us']:.1f} us |")
+    def facade_set_stream_each_call():
+        cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream())
+        g.execute(pack, None, handle=handle)
+        sync()
+
+    def facade_handle():
+        g.execute(pack, None, handle=handle)
+        sync()
+
+    def raw_hd():
+        hd_graph.execute(handle.hd, pack)
+        sync()
+
+    def plugin():
+        plugin_run.execute(ctx, pack)
+        sync()
+
+    def floor():
+        mod.context.invoke(mod.function, floor_args, floor_rets)
+        sync()
+
+    def floor_no_sync():
+        mod.context.invoke(mod.function, floor_args, floor_rets)
+
+    def floor_stream_sync():
+        torch.cuda.current_stream().synchronize()
+        mod.context.invoke(mod.function, floor_args, floor_rets)
+        sync()
+
+    def facade_python_only():       # IREE's invoke stubbed out: Python and stream synchronization
+        g.execute(pack, None)
+
+    # the binding-cache key as it was before commit 3d7d16e (str() of torch's dtype and device),
+    # swapped in for its rounds: before/after in one run, interleaved
+    new_key = plugin_run._pack_key
+
+    def old_pack_key(variant_pack):
+        if type(variant_pack) is not dict:
+            return None
+        key = []
+        for uid, obj in variant_pack.items():
+            k = plugin_run._buffer_key(obj)
+            if k is None:
+                return None
+            key.append((uid, id(obj), k))
+        return ("id", tuple(key))
+
+    def old_key_on():
+        plugin_run._pack_key = old_pack_key
+
+    def old_key_off():
+        plugin_run._pack_key = new_key
+
+    def stream_sync():
+        torch.cuda.current_stream().synchronize()
+
+    def stream_query():
+        torch.cuda.current_stream().query()
+
+    variants = {
+        "torch_eager": (nothing, eager, nothing),
+        "facade_execute": (nothing, facade, nothing),
+        "facade_execute_before_key_change": (old_key_on, facade, old_key_off),
+        "facade_execute_handle_set_stream_once": (with_stream, facade_handle, without_stream),
+        "facade_execute_set_stream_each_call": (nothing, facade_set_stream_each_call, without_stream),
+        "hd_graph_execute": (nothing, raw_hd, nothing),
+        "plugin_run_execute": (nothing, plugin, nothing),
+        "iree_invoke_floor": (nothing, floor, nothing),
+        "iree_invoke_floor_plus_stream_sync": (nothing, floor_stream_sync, nothing),
+        "iree_invoke_no_device_sync": (nothing, floor_no_sync, nothing),
+        "facade_execute_invoke_stubbed_no_sync": (stub_on, facade_python_only, stub_off),
+        "synchronize_only": (nothing, sync, nothing),
+        "current_stream_synchronize": (nothing, stream_sync, nothing),
+        "current_stream_query": (nothing, stream_query, nothing),
+    }
+    res["timing"] = _interleaved(variants)
+    for label, r in res["timing"].items():
+        print(f"| {label} | {r['median_us']:.1f} us | p10 {r['p10_us']:.1f} | p90 {r['p90_us']:.1f} | "
+              f"thread cpu {r['thread_cpu_median_us']:.1f} us |")
     cudnn.set_stream(handle=handle, stream=None)
+    torch.add(a, b, out=c)
+    g.execute(pack, None)
+    sync()
+    res["timing_check_after"] = bool(torch.equal(c, a + b))
+    plan_path = os.path.join(plans, "tiny_add_f32.plan")
+    res["child_runtime_flags"] = {" ".join(fl) or "(defaults)": _floor_in_child(plan_path, fl)
+                                  for fl in ([], ["--cuda_use_streams=false"], ["--cuda_async_allocations=false"])}
+    res["child_compile_flags"] = {}
+    for label, flags in COMPILE_VARIANTS.items():
+        path = os.path.join(plans, f"tiny_add_f32.{label}.variant")
+        if os.path.exists(path):
+            res["child_compile_flags"][" ".join(flags)] = _floor_in_child(path, [])
+    for group in ("child_runtime_flags", "child_compile_flags"):
+        for fl, r in res[group].items():
+            print(group, fl, {k: (round(v["median_us"], 1) if isinstance(v, dict) else v) for k, v in r.items()})
 
     # the second path: build through the facade on this machine from the carried compile cache
     if cache:
