@@ -387,6 +387,14 @@ def test_where_cudnn_and_this_engine_differ_errors_are_clear(handle):
         g2.create_execution_plan(None, {cudnn.knob_type.SPLIT_K: 2})
 
 
+def test_knob_types_are_the_engines_knobs():
+    """cudnn.knob_type's engine knobs are exactly the IREE engine's knobs (a knob added to the engine
+    must be reachable from cuDNN code)."""
+    from hipdnn_iree.cudnn._enums import ENGINE_KNOBS
+    from hipdnn_iree.plugins.iree_linalg.knobs import KNOB_NAMES
+    assert sorted(ENGINE_KNOBS) == sorted(KNOB_NAMES)
+
+
 def test_module_functions():
     assert cudnn.backend_version() >= 8905      # cuDNN code gates layernorm etc. on it
     assert "hipdnn-iree" in cudnn.backend_version_string()

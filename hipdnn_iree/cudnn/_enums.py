@@ -128,14 +128,18 @@ class reduction_mode(_Enum):
 
 
 class knob_type(_Enum):
-    """Knob types. The first five are this engine's knobs (``hd.Knob`` names); the others are
-    cuDNN kernel knobs with no meaning for IREE-compiled code: using one is NOT_SUPPORTED."""
+    """Knob types. Values below 100 are this engine's knobs (``hd.Knob`` names, docs/api.md 3.9); the
+    others are cuDNN kernel knobs with no meaning for IREE-compiled code: using one is NOT_SUPPORTED."""
 
     SDPA_FORM = 0
     CONV_LAYOUT = 1
     DATA_TILING = 2
     IM2COL = 3
     OPT_LEVEL = 4
+    GPU_MATMUL_TILE = 5
+    GPU_CONV_TILE = 6
+    GPU_PAD_FUSION = 7
+    SHAPE_SPECIALIZE = 8
     SPLIT_K = 100
     SWIZZLE = 101
     TILE_SIZE = 102
@@ -148,7 +152,7 @@ class knob_type(_Enum):
     STAGES = 109
 
 
-ENGINE_KNOBS = ("SDPA_FORM", "CONV_LAYOUT", "DATA_TILING", "IM2COL", "OPT_LEVEL")
+ENGINE_KNOBS = tuple(k.name for k in knob_type if k.value < 100)
 
 
 class tensor_reordering(_Enum):
