@@ -1,6 +1,5 @@
 """AMD and NVIDIA plans compiled here: each module carries code for its arch, and restoring it
 on the CPU fails with a clear mismatch error."""
-import numpy as np
 import pytest
 
 import hipdnn_iree as hd
@@ -66,14 +65,18 @@ def test_one_plan_for_several_amd_archs_is_kind_3():
 
 def test_gpu_conv_flags_follow_the_graph():
     """Channels-last conv compilation on GPUs except for graphs whose convs are only dgrad
-    (measured on an H200: see docs/performance.md)."""
+    (measured on an H200: see docs/performance.md), as the engine resolves it (knobs.resolve)."""
+    from hipdnn_iree.plugins.iree_linalg.knobs import GraphSummary, resolve
     from hipdnn_iree.plugins.iree_linalg.targets import GPU_CONV_FLAGS, parse_target
     from lowering import OpKind
-    cuda, cpu = parse_target("cuda:sm_80"), parse_target("llvm-cpu")
-    assert cuda.graph_flags([OpKind.CONV_FPROP, OpKind.POINTWISE]) == list(GPU_CONV_FLAGS)
-    assert cuda.graph_flags([OpKind.CONV_WGRAD]) == list(GPU_CONV_FLAGS)
-    assert cuda.graph_flags([OpKind.CONV_DGRAD]) == []
-    assert cuda.graph_flags([OpKind.CONV_DGRAD, OpKind.CONV_WGRAD]) == []
-    assert cuda.graph_flags([OpKind.MATMUL]) == []
-    assert parse_target("rocm:gfx942").graph_flags([OpKind.CONV_FPROP]) == list(GPU_CONV_FLAGS)
-    assert cpu.graph_flags([OpKind.CONV_FPROP]) == []
+
+    def flags(target, kinds):
+        summary = GraphSummary(kinds=frozenset(kinds), has_double=False, conv_ranks=(), f32_only=False)
+        return list(resolve(parse_target(target), summary, {}).flags)
+    assert flags("cuda:sm_80", [OpKind.CONV_FPROP, OpKind.POINTWISE]) == list(GPU_CONV_FLAGS)
+    assert flags("cuda:sm_80", [OpKind.CONV_WGRAD]) == list(GPU_CONV_FLAGS)
+    assert flags("cuda:sm_80", [OpKind.CONV_DGRAD]) == []
+    assert flags("cuda:sm_80", [OpKind.CONV_DGRAD, OpKind.CONV_WGRAD]) == []
+    assert flags("cuda:sm_80", [OpKind.MATMUL]) == []
+    assert flags("rocm:gfx942", [OpKind.CONV_FPROP]) == list(GPU_CONV_FLAGS)
+    assert flags("llvm-cpu", [OpKind.CONV_FPROP]) == []

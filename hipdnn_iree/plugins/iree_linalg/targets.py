@@ -17,7 +17,7 @@ GPU_CONV_FLAGS = ("--iree-preprocessing-pass-pipeline=builtin.module(util.func("
                   "iree-preprocessing-convert-conv-to-channels-last))",)
 
 # llvm-cpu flags, from measurements on the 2-core build machine (IREE 3.13; docs/benchmarks/flags.md):
-# for graphs whose float tensors are all f32 (graph_flags): data tiling sends matmuls to IREE's mmt4d ukernel (f32 1024^3: about 2x) and does not slow the
+# for graphs whose float tensors are all f32 (knobs.resolve): data tiling sends matmuls to IREE's mmt4d ukernel (f32 1024^3: about 2x) and does not slow the
 # channels-last convolutions (lowering/ops/conv.py).
 CPU_FLAGS = ("--iree-opt-data-tiling",)
 # Graphs whose convolutions are all 1-D: IREE's conv code for them ran at 8-13 GFLOP/s in every
@@ -45,30 +45,6 @@ class Target:
         if self.backend == "rocm":
             return ["--iree-hal-target-device=hip", f"--iree-rocm-target={self.arch}"]
         return ["--iree-hal-target-device=cuda", f"--iree-cuda-target={self.arch}"]
-
-    def graph_flags(self, op_kinds, has_double: bool = False, conv_ranks=(), f32_only: bool = False) -> list[str]:
-        """Flags that depend on the graph: its op kinds (see GPU_CONV_FLAGS), DOUBLE tensors and the
-        spatial ranks of its conv_fprop nodes (``conv_ranks``, see CPU_CONV1D_FLAGS).
-
-        NOTE: IREE demotes f64 to f32 by default, which leaves a DOUBLE output buffer holding f32
-        bit patterns (garbage, silently); graphs with DOUBLE tensors compile with real f64.
-        """
-        from lowering.graph_ir import OpKind
-        kinds = set(op_kinds)
-        flags = [DOUBLE_FLAG] if has_double else []
-        if (self.backend in ("rocm", "cuda") and kinds & {OpKind.CONV_FPROP, OpKind.CONV_WGRAD}
-                and (OpKind.CONV_DGRAD not in kinds or OpKind.CONV_FPROP in kinds)):
-            flags += list(GPU_CONV_FLAGS)
-        # NOTE: data tiling only for graphs whose floating-point tensors are all f32: with f16/bf16
-        # IREE 3.13 fails to compile causal sdpa and im2col'd convs ("'linalg.pack' op expected
-        # padding_value has 'i8' but got: 'i1'"); not measured there, so not used there.
-        # NOTE: nor for graphs with sdpa: data tiling slowed the CPU attention composition 6x (BERT-base
-        # attention 6.8 -> 40.7 ms, Llama GQA 8.3 -> 11.6 ms; docs/benchmarks/flags.md).
-        if self.backend == "llvm-cpu" and f32_only and OpKind.SDPA not in kinds:
-            flags += list(CPU_FLAGS)
-            if conv_ranks and set(conv_ranks) == {1}:
-                flags += list(CPU_CONV1D_FLAGS)
-        return flags
 
 
 DOUBLE_FLAG = "--iree-input-demote-f64-to-f32=false"
