@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from hipdnn_iree.plugin_sdk.buffers import bind_device_pack, bind_variant_pack, empty_aligned, synchronize_producers
+from hipdnn_iree.plugin_sdk.shapes import carve_pack, resolve_tensors
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.plugins.iree_linalg.context import IreeExecutionContext
 
@@ -163,8 +164,9 @@ def _execute_override(ctx: IreeExecutionContext, mod, variant_pack: dict, overri
     """An override-shape plan: the call's dims (override shapes, else each buffer's own) checked
     by the plan's ShapeSpec before anything runs; the module's symbolic dims take them from the
     imported views. Bindings are remembered per pack and overrides, as for static plans."""
-    from hipdnn_iree.plugin_sdk.shapes import carve_pack, resolve_tensors
-    okey = tuple(sorted((u, tuple(d), None if s is None else tuple(s)) for u, (d, s) in (overrides or {}).items()))
+    # NOTE: per call (a bound pack is remembered): no import here, no sort without overrides
+    okey = tuple(sorted((u, tuple(d), None if s is None else tuple(s)) for u, (d, s) in overrides.items())) \
+        if overrides else ()
     key = _pack_key(variant_pack) if _VIEW_CACHE else None
     key = None if key is None else (key, okey)
     bound = ctx.view_cache.get(key) if key is not None else None
