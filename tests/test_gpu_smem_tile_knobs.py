@@ -9,17 +9,9 @@ from hipdnn_iree.plugin_sdk.engine_config import HeurMode
 from hipdnn_iree.plugins.iree_linalg import knobs
 from hipdnn_iree.plugins.iree_linalg.targets import parse_target
 from lowering.graph_ir import OpKind
+from test_gpu_matmul_tile_knob import linear_graph   # the same f16 nn.Linear graph
 
 LIB = "--iree-codegen-transform-dialect-library="
-
-
-def linear_graph():
-    """f16 x [64, 256] @ W^T (an nn.Linear weight [128, 256]) + relu."""
-    g = hd.Graph(name="linear", io_data_type=hd.DataType.HALF, compute_data_type=hd.DataType.FLOAT)
-    x = g.tensor(name="x", uid=1, dim=[64, 256])
-    w = g.tensor(name="w", uid=2, dim=[256, 128], stride=[1, 256])
-    g.pointwise(g.matmul(x, w), mode=hd.PointwiseMode.RELU_FWD).set_output(True).set_uid(3)
-    return g
 
 
 def conv_graph():

@@ -13,6 +13,7 @@ import pytest
 
 import hipdnn_iree as hd
 from harness import assert_close, raises, random_array, run_python
+from test_override_shapes import _conv as _conv_nst, _sdpa as _sdpa_nst   # the same graphs, symbols by name
 
 S = hd.Status
 F = hd.DataType.FLOAT
@@ -30,18 +31,12 @@ def _matmul(g, p):
 
 def _sdpa(g, p):
     b, sq, skv = p
-    q = g.tensor(uid=1, dim=[b, 2, sq, 16])
-    k, v = g.tensor(uid=2, dim=[b, 2, skv, 16]), g.tensor(uid=3, dim=[b, 2, skv, 16])
-    out = g.sdpa(q, k, v)
-    (out[0] if isinstance(out, tuple) else out).set_output(True).set_uid(100)
-    return {1: [b, 2, sq, 16], 2: [b, 2, skv, 16], 3: [b, 2, skv, 16]}
+    return _sdpa_nst(g, {"N": b, "S": sq, "T": skv})
 
 
 def _conv(g, p):
     n, h, w_ = p                                  # N, H and W vary; stride 2: derived output sizes
-    x, w = g.tensor(uid=1, dim=[n, 4, h, w_]), g.tensor(uid=2, dim=[6, 4, 3, 3])
-    g.conv_fprop(x, w, padding=[1, 1], stride=[2, 2], dilation=[1, 1]).set_output(True).set_uid(100)
-    return {1: [n, 4, h, w_], 2: [6, 4, 3, 3]}
+    return _conv_nst(g, {"N": n, "S": h - 3, "T": w_ - 2})
 
 
 # family -> (builder, build shape, other shapes (a 1 and a non-power of two among them))
@@ -78,6 +73,19 @@ def _ran(g, before: dict) -> list:
     """The functions the calls since ``before`` ran."""
     after = _calls(g)
     return sorted(k for k in after if after[k] != before.get(k, 0))
+
+
+def _run_matmul(g, handle, p, rng, what=""):
+    """Executes the matmul family's plan ``g`` at ``p`` on random inputs, checks the output against
+    numpy (x @ w + bias) and returns the module functions the call ran."""
+    _, dims = _graph(FAMILIES["matmul"][0], p)
+    inputs = {u: random_array(d, rng=rng) for u, d in dims.items()}
+    c = np.full((*p, 24), np.nan, np.float32)
+    before = _calls(g)
+    g.execute(handle, {**inputs, 100: c})
+    ran = _ran(g, before)
+    assert_close(c, inputs[1].astype(np.float64) @ inputs[2] + inputs[3], F, what=what)
+    return ran
 
 
 def _reference(handle, builder, p, inputs):
@@ -202,13 +210,7 @@ def test_knob_off_gives_the_single_function_module(handle, rng):
     assert g.get_execution_plan().get_attribute(hd.backend.Attribute.EXECUTION_PLAN_ENGINE_CONFIG).knobs == \
         {"SHAPE_SPECIALIZE": "OFF"}
     for p in (built, others[0]):
-        _, dims = _graph(builder, p)
-        inputs = {u: random_array(d, rng=rng) for u, d in dims.items()}
-        c = np.full((*p, 24), np.nan, np.float32)
-        before = _calls(g)
-        g.execute(handle, {**inputs, 100: c})
-        assert _ran(g, before) == ["main"]
-        assert_close(c, inputs[1].astype(np.float64) @ inputs[2] + inputs[3], F, what=f"knob OFF at {p}")
+        assert _run_matmul(g, handle, p, rng, what=f"knob OFF at {p}") == ["main"]
     # a static build with the knob ON: the static module, byte for byte
     s, _ = _graph(builder, built, override=False)
     _build(s, handle, {"SHAPE_SPECIALIZE": "ON"})
@@ -225,17 +227,12 @@ def test_knob_on_specializes_a_dynamic_plan_without_override_shapes(handle, rng)
     builder, built, _ = FAMILIES["matmul"]
     for knobs, want in ((None, None), ({"SHAPE_SPECIALIZE": "ON"}, "main_static")):
         g = hd.Graph(io_data_type=F)
-        dims = builder(g, built)
+        builder(g, built)
         g.set_dynamic_shape_enabled(True)
         _build(g, handle, knobs)
         plan = g.get_execution_plan()
         assert (plan.context.specialization or (None,))[0] == want
-        inputs = {u: random_array(d, rng=rng) for u, d in dims.items()}
-        c = np.full((*built, 24), np.nan, np.float32)
-        before = _calls(g)
-        g.execute(handle, {**inputs, 100: c})
-        assert _ran(g, before) == [want or "main"]
-        assert_close(c, inputs[1].astype(np.float64) @ inputs[2] + inputs[3], F)
+        assert _run_matmul(g, handle, built, rng) == [want or "main"]
         r = hd.Graph.from_compiled_plan(handle, g.serialize_compiled_plan())
         cfg = r.get_execution_plan().get_attribute(hd.backend.Attribute.EXECUTION_PLAN_ENGINE_CONFIG)
         assert cfg.knobs == (knobs or {})
@@ -257,17 +254,12 @@ def test_the_knob_and_the_specialization_are_in_the_cache_keys(tmp_path, rng, mo
     off, _ = _graph(builder, built)
     _build(off, h, {"SHAPE_SPECIALIZE": "OFF"})
     assert len(calls) == 2
-    again, dims = _graph(builder, built)
+    again, _ = _graph(builder, built)
     _build(again, h, {"SHAPE_SPECIALIZE": "ON"})     # ON resolves like AUTO here: the same key
     assert len(calls) == 2
     assert again.get_execution_plan().context.specialization is not None
     assert off.get_execution_plan().context.specialization is None
-    inputs = {u: random_array(d, rng=rng) for u, d in dims.items()}
-    c = np.full((*built, 24), np.nan, np.float32)
-    before = _calls(again)
-    again.execute(h, {**inputs, 100: c})
-    assert _ran(again, before) == ["main_static"]
-    assert_close(c, inputs[1].astype(np.float64) @ inputs[2] + inputs[3], F, what="cache-hit specialized plan")
+    assert _run_matmul(again, h, built, rng, what="cache-hit specialized plan") == ["main_static"]
     kc = hd.KernelCache()
     for knobs in (None, {"SHAPE_SPECIALIZE": "OFF"}, None):
         g, _ = _graph(builder, built)
@@ -296,13 +288,8 @@ def test_kernel_cache_hits_keep_the_first_graphs_specialization(handle, rng, mon
     for g in (first, second):
         assert g.get_execution_plan().context.specialization[1][1][0] == (4, 6, 32)
         for p in ((4, 6), (2, 3), (1, 9)):
-            _, dims = _graph(builder, p)
-            inputs = {u: random_array(d, rng=rng) for u, d in dims.items()}
-            c = np.full((*p, 24), np.nan, np.float32)
-            before = _calls(g)
-            g.execute(handle, {**inputs, 100: c})
-            assert _ran(g, before) == (["main_static"] if p == (4, 6) else ["main"]), p
-            assert_close(c, inputs[1].astype(np.float64) @ inputs[2] + inputs[3], F, what=f"kernel cache at {p}")
+            ran = _run_matmul(g, handle, p, rng, what=f"kernel cache at {p}")
+            assert ran == (["main_static"] if p == (4, 6) else ["main"]), p
     assert [t.dims for t in second.get_compiled_plan_tensors() if t.uid == 1] == [(2, 3, 32)]
 
 
@@ -326,19 +313,9 @@ def test_multi_target_plan_and_kind1_restore(tmp_path, rng):
     cpu = hd.create_handle()
     r = hd.Graph.from_compiled_plan(cpu, data)
     for p in (built, others[1]):
-        _, dims = _graph(builder, p)
-        inputs = {u: random_array(d, rng=rng) for u, d in dims.items()}
-        c = np.full((*p, 24), np.nan, np.float32)
-        before = _calls(r)
-        r.execute(cpu, {**inputs, 100: c})
-        assert _ran(r, before) == (["main_static"] if p == built else ["main"])
-        assert_close(c, inputs[1].astype(np.float64) @ inputs[2] + inputs[3], F, what=f"kind 3 at {p}")
+        assert _run_matmul(r, cpu, p, rng, what=f"kind 3 at {p}") == (["main_static"] if p == built else ["main"])
     k1 = hd.Graph.from_compiled_plan(cpu, g.serialize_compiled_plan(payload="hipdnn_graph"))
-    _, dims = _graph(builder, built)
-    inputs = {u: random_array(d, rng=rng) for u, d in dims.items()}
-    c = np.full((*built, 24), np.nan, np.float32)
-    k1.execute(cpu, {**inputs, 100: c})
-    assert_close(c, inputs[1].astype(np.float64) @ inputs[2] + inputs[3], F, what="kind 1")
+    _run_matmul(k1, cpu, built, rng, what="kind 1")
 
 
 def test_a_module_without_the_function_its_abi_names_is_refused(handle):

@@ -63,40 +63,8 @@ PAD_FUSION_FLAG = "--iree-dispatch-creation-enable-fuse-padding-into-linalg-cons
 # NOTE: IREE 3.13 ignores --iree-codegen-tuning-spec-path on CUDA (its materialize pass never sees the
 # path), but --iree-codegen-transform-dialect-library=<file>@__kernel_config is applied before IREE picks
 # a lowering strategy. The spec annotates each (parallel, parallel, reduction) linalg op with two inputs
-# (a matmul, its transposed-operand variants, mixed f32 x f16 included) with a compilation_info.
-_TILE_SPEC = """module @hipdnn_iree_gpu_matmul_tile attributes {{ transform.with_named_sequence }} {{
-  transform.named_sequence @match_mm(%op: !transform.any_op {{transform.readonly}}) -> (!transform.any_op) {{
-    transform.match.operation_name %op ["linalg.generic", "linalg.matmul"] : !transform.any_op
-    %s = transform.match.structured %op : (!transform.any_op) -> !transform.any_op {{
-    ^bb0(%l: !transform.any_op):
-      %rank = transform.match.structured.rank %l : (!transform.any_op) -> !transform.param<i64>
-      %three = transform.param.constant 3 : i64 -> !transform.param<i64>
-      transform.match.param.cmpi eq %rank, %three : !transform.param<i64>
-      %ins = transform.match.structured.num_inputs %l : (!transform.any_op) -> !transform.param<i64>
-      %two = transform.param.constant 2 : i64 -> !transform.param<i64>
-      transform.match.param.cmpi eq %ins, %two : !transform.param<i64>
-      "transform.match.structured.dim"(%l) <{{raw_dim_list = array<i64: 0, 1>, parallel}}> : (!transform.any_op) -> ()
-      "transform.match.structured.dim"(%l) <{{raw_dim_list = array<i64: 2>, reduction}}> : (!transform.any_op) -> ()
-      transform.match.structured.yield %l : !transform.any_op
-    }}
-    transform.yield %op : !transform.any_op
-  }}
-  transform.named_sequence @apply_mm(%op: !transform.any_op {{transform.readonly}}) {{
-    %cfg = transform.param.constant #iree_codegen.compilation_info<
-      lowering_config = #iree_gpu.lowering_config<{{workgroup = [{m}, {n}, 0], reduction = [0, 0, 32], thread = [{tm}, {tn}, 0]}}>,
-      translation_info = #iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<TileAndFuse> workgroup_size = [32, 8, 1] subgroup_size = 32>
-    > -> !transform.any_param
-    transform.annotate %op "compilation_info" = %cfg : !transform.any_op, !transform.any_param
-    transform.yield
-  }}
-  transform.named_sequence @__kernel_config(%v: !transform.any_op {{transform.consumed}}) -> (!transform.any_op)
-      attributes {{ iree_codegen.tuning_spec_entrypoint }} {{
-    %r = transform.foreach_match in %v @match_mm -> @apply_mm : (!transform.any_op) -> (!transform.any_op)
-    transform.yield %r : !transform.any_op
-  }}
-}}
-"""
-
+# (a matmul, its transposed-operand variants, mixed f32 x f16 included) with a compilation_info
+# (_MATCH below: one matcher + one config per loop structure; the plain tiles without promoted operands).
 
 # The _SMEM tiles and GPU_CONV_TILE: one spec module with a matcher per loop structure. NOTE: measured
 # on an H200 (IREE 3.13, sm_80 PTX, docs/benchmarks/autotune.md): IREE's SIMT configs for the f32 x f16
@@ -123,7 +91,7 @@ _MATCH = """  transform.named_sequence @match_{name}(%op: !transform.any_op {{tr
   }}
   transform.named_sequence @apply_{name}(%op: !transform.any_op {{transform.readonly}}) {{
     %cfg = transform.param.constant #iree_codegen.compilation_info<
-      lowering_config = #iree_gpu.lowering_config<{{workgroup = {wg}, reduction = {red_tile}, thread = {th}, promote_operands = [0, 1]}}>,
+      lowering_config = #iree_gpu.lowering_config<{{workgroup = {wg}, reduction = {red_tile}, thread = {th}{promote}}}>,
       translation_info = #iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<TileAndFuse> workgroup_size = {size} subgroup_size = 32>
     > -> !transform.any_param
     transform.annotate %op "compilation_info" = %cfg : !transform.any_op, !transform.any_param
@@ -135,43 +103,43 @@ _F32_INPUT = """    %in0 = transform.get_operand %op[0] : (!transform.any_op) ->
 """
 
 
-def _entry(name, ops, rank, n_par, extra, wg, red_tile, th, size) -> str:
+def _entry(name, ops, rank, n_par, extra, wg, red_tile, th, size, promote: bool = True) -> str:
     return _MATCH.format(name=name, ops=", ".join(f'"{o}"' for o in ops), rank=rank,
                          par=", ".join(str(i) for i in range(n_par)), red=", ".join(str(i) for i in range(n_par, rank)),
-                         extra=extra, wg=list(wg), red_tile=list(red_tile), th=list(th), size=list(size))
-
-
-def _smem_spec_text(mm_tile: str | None, conv_tile: str | None) -> str:
-    entries = []
-    if mm_tile:
-        m, n = (int(v) for v in mm_tile.upper().split("_")[0].split("X"))
-        for rank in (3, 4):   # (M, N, K) and (B, M, N, K)
-            lead = [1] * (rank - 3)
-            entries.append(_entry(f"mm{rank}", ("linalg.generic", "linalg.matmul", "linalg.batch_matmul"), rank, rank - 1,
-                                  "", lead + [m, n, 0], [0] * (rank - 1) + [32], lead + [m // 32, n // 8, 0], (32, 8, 1)))
-    if conv_tile:
-        # (n, oh, ow, f, kh, kw, c) with an f32 input: f16 x f16 convs keep IREE's igemm + MMA config
-        entries.append(_entry("conv7", ("linalg.generic", "linalg.conv_2d_nhwc_hwcf", "linalg.conv_2d_nhwc_fhwc"), 7, 4,
-                              _F32_INPUT, [1, 4, 8, 64, 0, 0, 0], [0, 0, 0, 0, 1, 1, 8], [1, 1, 2, 4, 0, 0, 0], (256, 1, 1)))
-        # depthwise (n, c, h, w, kh, kw)
-        entries.append(_entry("conv6", ("linalg.generic", "linalg.depthwise_conv_2d_nchw_chw"), 6, 4, "",
-                              [1, 4, 8, 56, 0, 0], [0, 0, 0, 0, 3, 3], [1, 1, 1, 7, 0, 0], (256, 1, 1)))
-    names = [e.split("@match_", 1)[1].split("(", 1)[0] for e in entries]
-    pairs = ", ".join(f"@match_{n} -> @apply_{n}" for n in names)
-    return ("module @hipdnn_iree_gpu_tiles attributes { transform.with_named_sequence } {\n" + "".join(entries)
-            + "  transform.named_sequence @__kernel_config(%v: !transform.any_op {transform.consumed}) -> (!transform.any_op)\n"
-            + "      attributes { iree_codegen.tuning_spec_entrypoint } {\n"
-            + f"    %r = transform.foreach_match in %v {pairs} : (!transform.any_op) -> (!transform.any_op)\n"
-            + "    transform.yield %r : !transform.any_op\n  }\n}\n")
+                         extra=extra, wg=list(wg), red_tile=list(red_tile), th=list(th), size=list(size),
+                         promote=", promote_operands = [0, 1]" if promote else "")
 
 
 def tile_spec_text(tile: str | None, conv_tile: str | None = None) -> str:
     """The transform-dialect spec for a ``GPU_MATMUL_TILE`` value ``"MXN"`` (32 x 8 threads) or
     ``"MXN_SMEM"``, and/or a ``GPU_CONV_TILE`` value (one module: IREE applies one library)."""
-    if conv_tile or (tile and tile.upper().endswith("_SMEM")):
-        return _smem_spec_text(tile, conv_tile)
-    m, n = (int(v) for v in tile.upper().split("X"))
-    return _TILE_SPEC.format(m=m, n=n, tm=m // 32, tn=n // 8)
+    entries = {}   # matcher name -> its match/apply pair
+
+    def add(name, *args, **kw):
+        entries[name] = _entry(name, *args, **kw)
+    if tile:
+        m, n = (int(v) for v in tile.upper().split("_")[0].split("X"))
+        if tile.upper().endswith("_SMEM"):
+            for rank in (3, 4):   # (M, N, K) and (B, M, N, K)
+                lead = [1] * (rank - 3)
+                add(f"mm{rank}", ("linalg.generic", "linalg.matmul", "linalg.batch_matmul"), rank, rank - 1,
+                    "", lead + [m, n, 0], [0] * (rank - 1) + [32], lead + [m // 32, n // 8, 0], (32, 8, 1))
+        else:
+            add("mm", ("linalg.generic", "linalg.matmul"), 3, 2, "", [m, n, 0], [0, 0, 32], [m // 32, n // 8, 0],
+                (32, 8, 1), promote=False)
+    if conv_tile:
+        # (n, oh, ow, f, kh, kw, c) with an f32 input: f16 x f16 convs keep IREE's igemm + MMA config
+        add("conv7", ("linalg.generic", "linalg.conv_2d_nhwc_hwcf", "linalg.conv_2d_nhwc_fhwc"), 7, 4,
+            _F32_INPUT, [1, 4, 8, 64, 0, 0, 0], [0, 0, 0, 0, 1, 1, 8], [1, 1, 2, 4, 0, 0, 0], (256, 1, 1))
+        # depthwise (n, c, h, w, kh, kw)
+        add("conv6", ("linalg.generic", "linalg.depthwise_conv_2d_nchw_chw"), 6, 4, "",
+            [1, 4, 8, 56, 0, 0], [0, 0, 0, 0, 3, 3], [1, 1, 1, 7, 0, 0], (256, 1, 1))
+    pairs = ", ".join(f"@match_{n} -> @apply_{n}" for n in entries)
+    return ("module @hipdnn_iree_gpu_tiles attributes { transform.with_named_sequence } {\n" + "".join(entries.values())
+            + "  transform.named_sequence @__kernel_config(%v: !transform.any_op {transform.consumed}) -> (!transform.any_op)\n"
+            + "      attributes { iree_codegen.tuning_spec_entrypoint } {\n"
+            + f"    %r = transform.foreach_match in %v {pairs} : (!transform.any_op) -> (!transform.any_op)\n"
+            + "    transform.yield %r : !transform.any_op\n  }\n}\n")
 
 
 def tile_spec_flag(tile: str | None, conv_tile: str | None = None) -> str:

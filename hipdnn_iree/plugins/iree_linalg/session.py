@@ -78,7 +78,7 @@ def create_session(settings: SessionSettings) -> IreeSession:
         from hipdnn_iree.plugins.iree_linalg.runtime import device as make_device
         make_device(device)  # fail now, with the driver's message, if the device is unusable
     check_setting(settings.cache)
-    flags = tuple(getattr(settings, "compile_flags", ()) or ())
+    flags = tuple(settings.compile_flags or ())
     if not all(isinstance(f, str) and f for f in flags):
         raise HipdnnError(Status.BAD_PARAM, f"compile flags must be non-empty strings, got {list(flags)!r}")
     return IreeSession(device, primary, tuple(parsed), settings.cache, flags)
