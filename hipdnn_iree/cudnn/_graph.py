@@ -61,7 +61,6 @@ class tensor:
         self._t = hd_tensor
         self._pbv = pass_by_value
         self._pbv_spec = (dims, strides, dtype, name)   # a pass-by-value tensor becomes an hd input on first use
-        self._stride_set = hd_tensor is not None and hd_tensor._stride is not None
 
     def _hd(self) -> TensorAttributes:
         if self._t is None:
@@ -89,7 +88,6 @@ class tensor:
 
     def set_stride(self, stride):
         self._hd().set_stride([int(s) for s in stride])
-        self._stride_set = True
         return self
 
     def set_data_type(self, data_type):
@@ -153,30 +151,11 @@ def _list(v, what):
         raise HipdnnError(Status.BAD_PARAM, f"{what} must be a list of ints, got {v!r}") from None
 
 
-def _nhwc_strides(dims):
-    if len(dims) < 3:
-        return _packed(dims)
-    order = [0] + list(range(2, len(dims))) + [1]   # slowest .. fastest
-    return _strides_in_order(dims, order)
-
-
 def _packed(dims):
     out, acc = [0] * len(dims), 1
     for a in reversed(range(len(dims))):
         out[a], acc = acc, acc * max(int(dims[a]), 1)
     return out
-
-
-def _strides_in_order(dims, order):
-    out, acc = [0] * len(dims), 1
-    for a in reversed(order):
-        out[a], acc = acc, acc * max(int(dims[a]), 1)
-    return out
-
-
-def _order_of(strides):
-    """Axes slowest to fastest (ties: the earlier axis is slower), as cuDNN reads a stride order."""
-    return sorted(range(len(strides)), key=lambda a: (-strides[a], a))
 
 
 _UNARY = {"abs": "ABS", "ceil": "CEIL", "floor": "FLOOR", "exp": "EXP", "log": "LOG", "neg": "NEG",
@@ -215,7 +194,6 @@ class pygraph:
         self._by_hd = {}                  # id(hd tensor) -> facade tensor
         self._eps = []                    # (facade pass-by-value tensor, hd scalar constant) for baked scalars
         self._pbv_bufs = {}               # uid -> buffer holding a pass-by-value input on the device
-        self._stride_rules = []           # (output facade tensor, "nhwc" | input facade tensor)
         self._heur = None
         self._policy = None
         self._pending = False             # plans wait for the first execute (baked scalars unknown)
@@ -270,6 +248,12 @@ class pygraph:
                                data_type=_np_to_cudnn(input.dtype), name=name)
         raise HipdnnError(Status.BAD_PARAM, f"tensor_like: expected a torch/numpy tensor or a graph tensor, got "
                                             f"{type(input).__name__}")
+
+    def _channels_last(self, hdt):
+        """cuDNN's default for conv and reduction outputs left unset: packed channels-last (hd.Graph
+        infers them in graph order at validate, virtual tensors included)."""
+        hdt._layout_hint = "channels_last"
+        return self._wrap(hdt)
 
     def _wrap(self, hdt):
         if hdt is None:
@@ -332,9 +316,7 @@ class pygraph:
         y = self._hd.conv_fprop(self._in(image, "image"), self._in(weight, "weight"),
                                 compute_data_type=self._cdt(compute_data_type), name=name or None,
                                 **self._conv_kw(padding, pre_padding, post_padding, stride, dilation))
-        out = self._wrap(y)
-        self._stride_rules.append((out, "nhwc"))
-        return out
+        return self._channels_last(y)
 
     @_translate
     def conv_dgrad(self, loss, filter, padding=None, stride=None, dilation=None, compute_data_type=None, name="",
@@ -343,9 +325,7 @@ class pygraph:
         dx = self._hd.conv_dgrad(self._in(loss, "loss"), self._in(filter, "filter"),
                                  compute_data_type=self._cdt(compute_data_type), name=name or None,
                                  **self._conv_kw(padding, pre_padding, post_padding, stride, dilation))
-        out = self._wrap(dx)
-        self._stride_rules.append((out, "nhwc"))
-        return out
+        return self._channels_last(dx)
 
     @_translate
     def conv_wgrad(self, image, loss, padding=None, stride=None, dilation=None, compute_data_type=None, name="",
@@ -354,9 +334,7 @@ class pygraph:
         dw = self._hd.conv_wgrad(self._in(loss, "loss"), self._in(image, "image"),
                                  compute_data_type=self._cdt(compute_data_type), name=name or None,
                                  **self._conv_kw(padding, pre_padding, post_padding, stride, dilation))
-        out = self._wrap(dw)
-        self._stride_rules.append((out, "nhwc"))
-        return out
+        return self._channels_last(dw)
 
     # -- ops: matmul -------------------------------------------------------------------------
     @_translate
@@ -434,18 +412,14 @@ class pygraph:
     def reduction(self, input, mode, compute_data_type=None, name=""):
         y = self._hd.reduction(self._in(input), mode=E.to_hd(E.HD_REDUCTION, mode, "reduction mode"),
                                compute_data_type=self._cdt(compute_data_type), name=name or None)
-        out = self._wrap(y)
-        self._stride_rules.append((out, "nhwc"))
-        return out
+        return self._channels_last(y)
 
     @_translate
     def batchnorm_inference(self, input, mean, inv_variance, scale, bias, compute_data_type=None, name=""):
         y = self._hd.batchnorm_inference(self._in(input), self._in(mean, "mean"), self._in(inv_variance, "inv_variance"),
                                          self._in(scale, "scale"), self._in(bias, "bias"),
                                          compute_data_type=self._cdt(compute_data_type), name=name or None)
-        out = self._wrap(y)
-        self._stride_rules.append((out, input))
-        return out
+        return self._wrap(y)
 
     @_translate
     def layernorm(self, norm_forward_phase, input, scale, bias, epsilon, compute_data_type=None, name="",
@@ -458,9 +432,7 @@ class pygraph:
         y, mean, inv = self._hd.layernorm(self._in(input), self._in(scale, "scale"), self._in(bias, "bias"),
                                           epsilon=self._scalar(epsilon, "layernorm epsilon"), forward_phase=phase,
                                           compute_data_type=self._cdt(compute_data_type), name=name or None)
-        out = self._wrap(y)
-        self._stride_rules.append((out, input))
-        return out, self._wrap(mean), self._wrap(inv)
+        return self._wrap(y), self._wrap(mean), self._wrap(inv)
 
     @_translate
     def rmsnorm(self, norm_forward_phase, input, scale, bias=None, epsilon=None, compute_data_type=None, name=""):
@@ -491,9 +463,7 @@ class pygraph:
             y = self._hd.rmsnorm(x, self._in(scale, "scale"), epsilon=eps, compute_data_type=cdt, name=name or None)
         if bias is not None:   # cuDNN's rmsnorm adds its bias after the scale: an ADD node here
             y = self._hd.pointwise(y, self._in(bias, "bias"), mode=PointwiseMode.ADD, compute_data_type=cdt)
-        out = self._wrap(y)
-        self._stride_rules.append((out, input))
-        return out, self._wrap(inv)
+        return self._wrap(y), self._wrap(inv)
 
     # -- ops: attention ---------------------------------------------------------------------------
     @_translate
@@ -564,33 +534,8 @@ class pygraph:
         return self._wrap(st).set_data_type(E.data_type.FLOAT)
 
     # -- lifecycle ---------------------------------------------------------------------------------
-    def _apply_stride_rules(self):
-        """cuDNN's default output strides for outputs the caller left unset (conv and reduction
-        outputs channels-last; norms follow their input)."""
-        todo = [(t, rule) for t, rule in self._stride_rules
-                if not t._stride_set and t._t is not None and not t._t.get_is_virtual()]
-        if not todo:
-            return
-        self._hd.validate()
-        for t, rule in todo:
-            dims = t._t.get_dim()
-            if rule == "nhwc":
-                strides = _nhwc_strides(dims)
-            else:
-                src = rule.get_stride()
-                strides = _strides_in_order(dims, _order_of(src)) if len(src) == len(dims) else _packed(dims)
-            t._t._stride = strides           # NOTE: not set_stride: the rule may run again after a change
-        self._hd._reset_build()
-
-    def _reset_strides(self):
-        for t, _ in self._stride_rules:
-            if not t._stride_set and t._t is not None:
-                t._t._stride = None
-
     @_translate
     def validate(self):
-        self._reset_strides()
-        self._apply_stride_rules()
         self._hd.validate()
         return self
 
@@ -886,6 +831,18 @@ def _scalar_value(buf, t) -> float:
                                         f"a number, got {type(buf).__name__}")
 
 
+def _same_order(hdt: TensorAttributes, dims, strides, have):
+    """A buffer of the tensor's own dims is read and written through its own strides: when they
+    disagree with the tensor's (size-1 axes aside), binding it by address would read or write the
+    elements in another order, so it is refused, naming both."""
+    if any(d > 1 and s != h for d, s, h in zip(dims, strides, have)):
+        raise HipdnnError(Status.BAD_PARAM, f"tensor '{hdt.get_name()}' (uid {hdt.get_uid()}): the buffer has dims "
+                                            f"{dims} with strides {have}, but the graph tensor's strides are "
+                                            f"{strides}: its elements would be read or written in another order. "
+                                            f"Bind a buffer laid out with strides {strides} (or set the tensor's "
+                                            f"strides to the buffer's before building)")
+
+
 def _by_address(hdt: TensorAttributes, buf):
     """``buf`` seen with the tensor's declared dims and strides from its first element, as cuDNN
     binds a device pointer: any torch/numpy buffer whose memory covers the declared span."""
@@ -896,7 +853,8 @@ def _by_address(hdt: TensorAttributes, buf):
     if shape is None:
         return buf
     if hasattr(buf, "stride") and callable(buf.stride):            # torch
-        if list(buf.shape) == dims and list(buf.stride()) == strides:
+        if list(buf.shape) == dims:
+            _same_order(hdt, dims, strides, list(buf.stride()))
             return buf
         span = 1 + sum((d - 1) * s for d, s in zip(dims, strides))
         have = buf.untyped_storage().nbytes() // buf.element_size() - buf.storage_offset()
@@ -907,7 +865,8 @@ def _by_address(hdt: TensorAttributes, buf):
         return buf.as_strided(dims, strides)
     if isinstance(buf, np.ndarray):
         item = buf.itemsize
-        if list(buf.shape) == dims and [s // item for s in buf.strides] == strides:
+        if list(buf.shape) == dims:
+            _same_order(hdt, dims, strides, [s // item for s in buf.strides])
             return buf
         span = 1 + sum((d - 1) * s for d, s in zip(dims, strides))
         if not buf.flags.c_contiguous or buf.size < span:

@@ -30,6 +30,11 @@ _STRIDE_ORDER_FROM = {
     OpKind.CONV_DGRAD: (("x_uid", "y_uid"),),     # dx from dy
     OpKind.CONV_WGRAD: (("w_uid", "x_uid"),),     # dw from x
     OpKind.POINTWISE: (("out_0_uid", "in_0_uid"), ("out_0_uid", "in_1_uid"), ("out_0_uid", "in_2_uid")),
+    OpKind.REDUCTION: (("y_uid", "x_uid"),),
+    OpKind.BATCHNORM_INFERENCE: (("y_uid", "x_uid"),),
+    OpKind.LAYERNORM: (("y_uid", "x_uid"), ("mean_uid", "x_uid"), ("inv_variance_uid", "x_uid")),
+    OpKind.RMSNORM: (("y_uid", "x_uid"), ("inv_rms_uid", "x_uid")),
+    OpKind.SDPA: (("o_uid", "q_uid"),),
 }
 _COMPARE_OR_LOGICAL = {PointwiseMode.CMP_EQ, PointwiseMode.CMP_NEQ, PointwiseMode.CMP_GT, PointwiseMode.CMP_GE,
                        PointwiseMode.CMP_LT, PointwiseMode.CMP_LE, PointwiseMode.LOGICAL_AND,
@@ -263,6 +268,9 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
         for t in self._tensors:
             if t._uid is None:
                 t._uid, next_uid = next_uid, next_uid + 1
+        for t in self._tensors:          # strides inferred by an earlier validate follow today's inputs
+            if t._stride_inferred:
+                t._stride, t._stride_inferred = None, False
         produced = {}
         for n in self._nodes:
             for f in ATTRS_BY_KIND[n.kind]._OUT:
@@ -315,7 +323,7 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
                 if t._data_type == DataType.NOT_SET:
                     t._data_type = self._default_out_type(n, t)
                 if t._stride is None:
-                    t._stride = _inferred_strides(n, f, t._dim)
+                    t._stride, t._stride_inferred = _inferred_strides(n, f, t._dim, t._layout_hint), True
                 self._check_layout(t, is_output=not t._is_virtual)
                 known[t._uid] = tuple(t._dim)
         self._desc = self._graph_desc()
@@ -668,9 +676,13 @@ def numpy_itemsize(data_type) -> int:
         return 1
 
 
-def _inferred_strides(n: _Node, out_field: str, dims) -> list[int]:
-    """Strides for an output the caller left unset: packed, in the stride order of the op's input
-    of the same rank (channels-last in, channels-last out); row-major packed otherwise."""
+def _inferred_strides(n: _Node, out_field: str, dims, hint=None) -> list[int]:
+    """Strides for an output the caller left unset, virtual or not: packed, in the stride order of
+    the op's input of the same rank (channels-last in, channels-last out: conv, pointwise, norms,
+    reductions, sdpa); row-major packed otherwise (matmul). ``hint == "channels_last"`` (the
+    cuDNN facade's conv and reduction outputs) packs rank >= 3 outputs channels-last instead."""
+    if hint == "channels_last" and len(dims) >= 3:
+        return _strides_in_order(dims, [0, *range(2, len(dims)), 1])
     for out_f, in_f in _STRIDE_ORDER_FROM.get(n.kind, ()):
         ref = n.tensors.get(in_f)
         if out_f != out_field or ref is None or ref.is_scalar() or ref._stride is None:
@@ -683,12 +695,17 @@ def _inferred_strides(n: _Node, out_field: str, dims) -> list[int]:
             continue
         if lay.bcast_axes:
             continue
-        strides, acc = [0] * len(dims), 1
-        for a in reversed(lay.order):
-            strides[a] = acc
-            acc *= dims[a]
-        return strides
+        return _strides_in_order(dims, lay.order)
     return list(packed_strides(dims))
+
+
+def _strides_in_order(dims, order) -> list[int]:
+    """Packed strides for ``dims`` with the axes laid out in ``order`` (outermost first)."""
+    strides, acc = [0] * len(dims), 1
+    for a in reversed(order):
+        strides[a] = acc
+        acc *= max(int(dims[a]), 1)
+    return strides
 
 
 def _engine_name_of(handle, engine_id: int) -> str:

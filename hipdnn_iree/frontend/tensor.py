@@ -30,6 +30,8 @@ class TensorAttributes:
         self._data_type = as_enum(DataType, data_type, f"tensor '{name}': data_type")
         self._is_virtual = bool(is_virtual)
         self._value = value
+        self._stride_inferred = False   # _stride was inferred by validate (reset on the next one)
+        self._layout_hint = None        # "channels_last": how validate lays out unset output strides
         if uid is not None:
             self.set_uid(uid)
 
@@ -60,6 +62,7 @@ class TensorAttributes:
 
     def set_stride(self, stride):
         self._mutable()._stride = _int_list(stride, "stride", self._name)
+        self._stride_inferred = False
         return self
 
     def set_data_type(self, data_type):
