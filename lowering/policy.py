@@ -40,6 +40,8 @@ class LoweringPolicy:
         grouped_channels_last: grouped 2-D conv_fprop channels-last (CPU).
         grouped_split_max: up to this many groups, one conv per group; past it one nhwgc op.
         lift_1d: 1-D convs lifted to 2-D named ops.
+        conv_acc_operands: conv operands converted to the accumulator type before the conv op (set
+            with IREE's CPU im2col pass on f16/bf16 convs, which it cannot otherwise compile).
         cuda_mma_barriers: compute barriers that keep IREE 3.13's CUDA f16/bf16 tensor-core
             miscompile away (docs/known_issues.md). Correctness, not speed: never a knob.
     """
@@ -53,6 +55,7 @@ class LoweringPolicy:
     grouped_channels_last: bool = True
     grouped_split_max: int = 64
     lift_1d: bool = True
+    conv_acc_operands: bool = False
     cuda_mma_barriers: bool = False
 
     @classmethod

@@ -7,5 +7,5 @@ FlatBuffer bytes and plans back as opaque payloads. May import: ``plugins``, ``p
 ``from hipdnn_iree import backend`` gives the public backend calls (``API.md``): the names below.
 """
 from hipdnn_iree.backend.plan import (Attribute, EngineConfig, ExecutionPlanDescriptor, PlanTensor,  # noqa: F401
-                                      build_execution_plan, create_and_deserialize_execution_plan,
+                                      build_execution_plan, create_and_deserialize_execution_plan, load_execution_plan,
                                       get_serialized_execution_plan, serialize_execution_plan)

@@ -138,10 +138,16 @@ class PluginResourceManager:
 
     # -- heuristics ----------------------------------------------------------------------
     def applicable_engines(self, op_graph: bytes, preferred: int | None = None) -> list[int]:
-        """Every engine that accepts the graph, ranked (RANKING; a preferred engine first)."""
+        """Every engine that accepts the graph, ranked (RANKING; a preferred engine first). On a GPU
+        handle the host-only reference engine is a candidate only when it is the preferred one: a
+        GPU handle never falls back to it silently (it would read and write host memory)."""
         found = []
         for p in self.plugins:
             found += [int(e) for e in self.call(p, "get_applicable_engine_ids", op_graph)]
+        ref = engine_id_from_name(REFERENCE_ENGINE)
+        device = self.settings.device
+        if device is not None and device.split("://", 1)[0] not in ("local-task", "local-sync") and preferred != ref:
+            found = [e for e in found if e != ref]
         rank = {engine_id_from_name(n): i for i, n in enumerate(RANKING)}
         found.sort(key=lambda e: rank.get(e, len(RANKING) - 1.5))
         if preferred is not None and preferred in found:

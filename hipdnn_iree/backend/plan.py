@@ -129,28 +129,41 @@ class ExecutionPlanDescriptor:
 
 
 def build_execution_plan(handle: Handle, engine_id: int, op_graph: bytes, tensor_uids,
-                         config: EngineConfig | None = None, dynamic: dict | None = None) -> ExecutionPlanDescriptor:
+                         config: EngineConfig | None = None, dynamic: dict | None = None,
+                         defer_load: bool = False) -> ExecutionPlanDescriptor:
     """Normal build path: engine config + graph + plugin -> finalized plan.
 
     ``dynamic`` (a dynamic-shape build): ``{"shape_spec": JSON, "override": bool, "kernel_cache":
     hd.KernelCache or None}``, handed to the engine as ``dynamic=``; an engine whose
-    ``create_execution_context`` does not take it cannot build dynamic plans (NOT_SUPPORTED)."""
+    ``create_execution_context`` does not take it cannot build dynamic plans (NOT_SUPPORTED).
+    ``defer_load``: an engine that can (``load_execution_context``) builds without loading the plan
+    on the device; :func:`load_execution_plan` loads it, on the calling thread."""
     rm = handle.resource_manager
     plugin = rm.plugin_for(engine_id)
     if plugin is None:
         raise HipdnnError(Status.INTERNAL_ERROR, f"no loaded engine plugin serves engine id {engine_id}")
     ws = int(rm.call(plugin, "get_workspace_size", engine_id, op_graph))
     config = config or EngineConfig(engine_id, engine_name(handle, engine_id))
+    kw = {}
     if dynamic is not None:
         if not _takes_keyword(plugin.create_execution_context, "dynamic"):
             raise HipdnnError(Status.NOT_SUPPORTED, f"engine {engine_name(handle, engine_id)} (plugin "
                                                     f"{plugin_name(plugin)}) cannot build dynamic-shape plans")
-        ctx = rm.call(plugin, "create_execution_context", engine_id, op_graph, config, dynamic=dynamic)
-    else:
-        ctx = rm.call(plugin, "create_execution_context", engine_id, op_graph, config)
+        kw["dynamic"] = dynamic
+    if (defer_load and callable(getattr(plugin, "load_execution_context", None))
+            and _takes_keyword(plugin.create_execution_context, "defer_load")):
+        kw["defer_load"] = True
+    ctx = rm.call(plugin, "create_execution_context", engine_id, op_graph, config, **kw)
     return ExecutionPlanDescriptor(handle, engine_id, ws, tuple(sorted(tensor_uids)), plugin, ctx, config,
                                    op_graph=bytes(op_graph),
                                    override_enabled=bool(dynamic is not None and dynamic.get("override")))
+
+
+def load_execution_plan(plan: ExecutionPlanDescriptor) -> None:
+    """Loads a plan built with ``defer_load`` on its handle's device, on the calling thread (a no-op
+    for engines that load as they build)."""
+    if callable(getattr(plan.plugin, "load_execution_context", None)):
+        plan.handle.resource_manager.call(plan.plugin, "load_execution_context", plan.context)
 
 
 def _takes_keyword(fn, name: str) -> bool:

@@ -8,6 +8,7 @@ built plans on the caller's buffers and selects the fastest; ``execute`` and
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,6 +26,13 @@ class PlanSlot:
     config: EngineConfig
     plan: object = None       # ExecutionPlanDescriptor once built
     error: object = None      # the HipdnnError of a failed build
+
+
+def _progress(message: str) -> None:
+    """Progress of long builds (build_plans(ALL), autotune) on stderr, when HIPDNN_IREE_PROGRESS=1."""
+    if os.environ.get("HIPDNN_IREE_PROGRESS", "") not in ("", "0"):
+        import sys
+        print(f"[hipdnn-iree] {message}", file=sys.stderr, flush=True)
 
 
 def _modes(heur_modes) -> list[HeurMode]:
@@ -115,7 +123,9 @@ class PlanOps:
     # -- building --------------------------------------------------------------------------
     def build_plans(self, policy=BuildPlanPolicy.HEURISTICS_CHOICE):
         """Builds plan 0 (``HEURISTICS_CHOICE``, the default) or every plan (``ALL``, several compiles
-        at once). With ALL, plans that fail to build are skipped with a warning naming them."""
+        at once). With ALL, a config that fails to build is dropped from the plan list (as cuDNN drops
+        an engine config that fails to finalize) with a warning naming it and why; ALL fails only when
+        no config builds (NOT_SUPPORTED naming each one's reason)."""
         self._check_not_restored("build_plans")
         policy = as_enum(BuildPlanPolicy, policy, "build_plans policy")
         if not self._supported:
@@ -131,33 +141,73 @@ class PlanOps:
     def build_plan_at_index(self, index: int):
         """Builds plan ``index`` (for IREE: compiles it, through the compile cache)."""
         slot = self._slot(index, "build_plan_at_index")
-        if slot.plan is None:
-            slot.plan = _backend.build_execution_plan(self._handle, slot.config.engine_id, self._op_graph,
-                                                      [t.uid for t in self._desc.bound_tensors()], slot.config,
-                                                      dynamic=self._dynamic_request())
-            slot.error = None
+        self._build_slot(slot)
         if self._plan is None and index == self._selected:
             self._plan = slot.plan
         return self
 
-    def _build_many(self, indices) -> None:
-        todo = [i for i in indices if self._plans[i].plan is None]
+    def _build_slot(self, slot: PlanSlot, defer_load: bool = False) -> None:
+        if slot.plan is None:
+            slot.plan = _backend.build_execution_plan(self._handle, slot.config.engine_id, self._op_graph,
+                                                      [t.uid for t in self._desc.bound_tensors()], slot.config,
+                                                      dynamic=self._dynamic_request(), defer_load=defer_load)
+            slot.error = None
 
-        def one(i):
+    def _build_many(self, indices) -> None:
+        """Builds the plans at ``indices``, several compiles at once, and loads each on the device
+        on this thread (NOTE: a GPU module loaded on a worker thread fails: the device's context is
+        current on the thread that made it). Configs that fail are dropped from the plan list."""
+        todo = [self._plans[i] for i in indices if self._plans[i].plan is None]
+        if not todo:
+            return
+
+        start, done = time.perf_counter(), []
+
+        def one(slot):
+            t0 = time.perf_counter()
             try:
-                self.build_plan_at_index(i)
+                self._build_slot(slot, defer_load=True)
             except HipdnnError as e:
-                self._plans[i].error = e
+                slot.error = e
+            done.append(slot)
+            _progress(f"graph '{self.name}': config {len(done)} of {len(todo)} {'built' if slot.error is None else 'FAILED'}"
+                      f" in {time.perf_counter() - t0:.1f} s ({slot.config}); {time.perf_counter() - start:.1f} s elapsed")
         workers = max(1, min(len(todo), os.cpu_count() or 1))
+        _progress(f"graph '{self.name}': building {len(todo)} engine configs, {workers} at a time")
         # NOTE: each IREE compile runs in a child process: threads only wait on them
         with ThreadPoolExecutor(max_workers=workers) as pool:
             list(pool.map(one, todo))
-        failed = [(i, self._plans[i].error) for i in todo if self._plans[i].plan is None]
-        if failed and len(failed) == len(todo) and not any(s.plan for s in self._plans):
-            raise failed[0][1]
-        if failed:
-            warnings.warn("plans that failed to build are skipped: " + " | ".join(
-                f"plan {i} ({self._plans[i].config}): {e}" for i, e in failed), RuntimeWarning, stacklevel=3)
+        for slot in todo:
+            if slot.plan is not None:
+                try:
+                    _backend.load_execution_plan(slot.plan)
+                except HipdnnError as e:
+                    slot.plan.release()
+                    slot.plan, slot.error = None, e
+        failed = [s for s in todo if s.plan is None]
+        if not failed:
+            return
+        selected = self._plans[self._selected] if self._plans else None
+        self._dropped = getattr(self, "_dropped", []) + [(s.config, s.error) for s in failed]
+        self._plans = [s for s in self._plans if s.plan is not None or s not in failed]
+        if not any(s.plan is not None for s in self._plans):
+            raise HipdnnError(Status.NOT_SUPPORTED, f"graph '{self.name}': no engine config built on "
+                                                    f"{self._device_text()}: " + " | ".join(
+                                                        f"{c}: {e}" for c, e in self._dropped))
+        self._selected = self._plans.index(selected) if selected in self._plans else 0
+        self._plan = self._plans[self._selected].plan
+        warnings.warn(f"graph '{self.name}': engine configs that failed to build are dropped from the plan list: "
+                      + " | ".join(f"{s.config}: {s.error}" for s in failed), RuntimeWarning, stacklevel=3)
+
+    def _device_text(self) -> str:
+        h = self._handle
+        target = f" (target {h.target})" if h.target else ""
+        return f"device {h.device!r}{target}" if h.device is not None else f"compile-only target {h.target}"
+
+    def get_dropped_engine_configs(self) -> list:
+        """``[(EngineConfig, HipdnnError), ...]``: the configs ``build_plans(ALL)`` or ``autotune``
+        dropped because they failed to build, with why."""
+        return list(getattr(self, "_dropped", []))
 
     def _slot(self, index, what: str) -> PlanSlot:
         if self._plans is None:
@@ -211,11 +261,13 @@ class PlanOps:
             for cfg in rm.engine_configs(top, self._op_graph, HeurMode.B):
                 self._add_slot(cfg)
         ref = engine_id_from_name(REFERENCE_ENGINE)
-        indices = [i for i, s in enumerate(self._plans) if s.config.engine_id != ref or top == ref]
-        self._build_many(indices)
-        candidates = [(i, self._plans[i].plan) for i in indices if self._plans[i].plan is not None]
-        if candidates[0][0] != 0:
-            raise HipdnnError(Status.EXECUTION_FAILED, "autotune: plan 0 (the reference for the others) did not build")
+        self._build_many([i for i, s in enumerate(self._plans) if s.config.engine_id != ref or top == ref])
+        candidates = [(i, s.plan) for i, s in enumerate(self._plans)
+                      if s.plan is not None and (s.config.engine_id != ref or top == ref)]
+        if not candidates:
+            raise HipdnnError(Status.NOT_SUPPORTED, f"autotune: no engine config of graph '{self.name}' built on "
+                                                    f"{self._device_text()}")
+        _progress(f"graph '{self.name}': autotune: timing {len(candidates)} plans")
         from hipdnn_iree.backend.autotune import time_plans
         timings, _ = time_plans(candidates, variant_pack, workspace)
         best = timings[0][0]

@@ -87,8 +87,9 @@ def _as_array(uid: int, t: BoundTensor, buf) -> np.ndarray:
         dev = getattr(buf, "__dlpack_device__", None)
         if callable(dev) and int(dev()[0]) not in (1, 3):   # kDLCPU, kDLCUDAHost
             raise HipdnnError(Status.BAD_PARAM, f"variant pack uid {uid} ('{t.name}'): buffer lives on "
-                                                f"{_DLPACK_NAMES.get(int(dev()[0]), dev()[0])} memory, but the "
-                                                "handle's device is the CPU: pass host memory")
+                                                f"{_DLPACK_NAMES.get(int(dev()[0]), dev()[0])} memory, but this plan "
+                                                "reads and writes host memory (a CPU plan, or the NUMPY_REFERENCE "
+                                                "engine): pass host memory")
         try:
             return _host_from_dlpack(buf)
         except Exception as e:

@@ -19,7 +19,10 @@ Required: ``name``, ``version``, ``get_all_engine_ids``, ``get_applicable_engine
   NOT_SUPPORTED);
 - sessions: ``create_session``, ``destroy_session``;
 - engine configs: ``get_knobs``, ``get_engine_configs``, ``record_tuning``;
-- description: ``describe_payload`` (``inspect``/``plan_info``), ``describe_context``.
+- description: ``describe_payload`` (``inspect``/``plan_info``), ``describe_context``;
+- deferred loading: ``create_execution_context(..., defer_load=True)`` builds without loading the
+  plan onto the device, ``load_execution_context`` loads it (``build_plans(ALL)`` compiles on worker
+  threads, and a GPU module must be loaded on the thread where the device's context is current).
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ SERIALIZATION_HOOKS = ("serialize_execution_context", "destroy_serialized_execut
 # Entry points that take ``session=`` (plugins with create_session only).
 SESSION_METHODS = ("get_applicable_engine_ids", "get_workspace_size", "create_execution_context",
                    "create_execution_context_from_serialized", "get_knobs", "get_engine_configs",
-                   "record_tuning", "check_plan_compatibility", "graph_from_serialized")
+                   "record_tuning", "check_plan_compatibility", "graph_from_serialized", "load_execution_context")
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,18 @@ class EnginePlugin(Protocol):
 
     def execute_op_graph(self, ctx, variant_pack: dict, workspace=None) -> None:
         """Runs ``ctx`` on the caller's buffers (UID -> buffer); outputs written in place."""
+
+
+class DeferredLoadPlugin(Protocol):
+    """Optional: build on one thread, load on another."""
+
+    def create_execution_context(self, engine_id: int, op_graph: bytes, engine_config=None, defer_load=False,
+                                 **session):
+        """With ``defer_load=True``: compiled (or taken from a cache) but not loaded on the device."""
+
+    def load_execution_context(self, ctx, **session) -> None:
+        """*session* Loads a context built with ``defer_load=True`` on the session's device (a no-op
+        for one already loaded), on the calling thread."""
 
 
 class SessionPlugin(Protocol):

@@ -527,6 +527,15 @@ def _geometry(node: NodeDesc, x, w, y, given: str | None) -> tuple[ConvParams, i
 # ---------------------------------------------------------------------------
 
 
+def _operands_in(ctx: LowerContext, acc: str, *vals: Value) -> tuple[Value, ...]:
+    """The conv's operands, converted to the accumulator type when the policy asks for it
+    (``conv_acc_operands``: IREE 3.13's CPU im2col pass breaks on f16/bf16 operands with an f32
+    accumulator, ``arith.addf (f16, f32) -> f16``); as they are otherwise."""
+    if not ctx.policy.conv_acc_operands:
+        return vals
+    return tuple(v if v.elem == acc else ctx.em.convert(v, acc) for v in vals)
+
+
 @register_lowering(OpKind.CONV_FPROP)
 def lower_conv_fprop(ctx: LowerContext, node: NodeDesc) -> None:
     at = node.attrs
@@ -536,6 +545,7 @@ def lower_conv_fprop(ctx: LowerContext, node: NodeDesc) -> None:
     # NOTE: checked at the built dims (the same as x.shape etc. for a static lowering)
     p, groups = _geometry(node, ctx.tensor(at.x_uid).dims, w.shape, ctx.tensor(at.y_uid).dims, None)
     em, acc = ctx.em, ctx.compute_elem(node)
+    x, w = _operands_in(ctx, acc, x, w)
     out_sp, kern = y_dims[2:], w.shape[2:]
     pol = ctx.policy
     if not is_static(x.shape[2:]):
@@ -636,6 +646,7 @@ def lower_conv_dgrad(ctx: LowerContext, node: NodeDesc) -> None:
     _check_float(node, dy, w)
     p, groups = _geometry(node, dx_dims, w.shape, dy.shape, "x_uid")
     em, acc = ctx.em, ctx.compute_elem(node)
+    dy, w = _operands_in(ctx, acc, dy, w)
     kern = w.shape[2:]
     # NOTE: dx[i] = sum_r dy[o] w[r] over i + pre = o*stride + r*dilation. Scattering dy[o] to
     # position (R-1)*dilation - pre + o*stride of a zero tensor z makes this
@@ -661,6 +672,7 @@ def lower_conv_wgrad(ctx: LowerContext, node: NodeDesc) -> None:
     _check_float(node, dy, x)
     p, groups = _geometry(node, x.shape, dw_dims, dy.shape, "w_uid")
     em, acc = ctx.em, ctx.compute_elem(node)
+    dy, x = _operands_in(ctx, acc, dy, x)
     rank, out_sp, kern = p.rank, dy.shape[2:], dw_dims[2:]
     extent = _extent(out_sp, kern, p.stride, p.dilation)
     xp = _place(em, x, p.pre, [1] * rank, extent)

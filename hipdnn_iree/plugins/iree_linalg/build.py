@@ -64,13 +64,15 @@ def applicable(op_graph: bytes, session: IreeSession | None = None) -> bool:
 
 
 def build(session: IreeSession, op_graph: bytes, knobs: dict, engine_name: str = "IREE_LINALG",
-          desc: GraphDesc | None = None, refusal: tuple = ("", _LOWERING_STATUS), dynamic=None) -> IreeExecutionContext:
+          desc: GraphDesc | None = None, refusal: tuple = ("", _LOWERING_STATUS), dynamic=None,
+          load: bool = True) -> IreeExecutionContext:
     """One context: a module per session target (FUSPLAN kind 3 when several), the one for the
     session's own target loaded on its device. ``refusal``: (what the graph is, lowering error kind ->
     status) for the messages of graphs that cannot be lowered. ``dynamic``: a dynamic-shape build
     (backend/plan.py): the module takes symbolic dims; its kernel cache is asked before compiling.
     With ``SHAPE_SPECIALIZE`` on (AUTO: override-shape builds) the module also holds the static
-    function of the build shape (lowering/_lower.py ``specialize``; run.entry_for picks per call)."""
+    function of the build shape (lowering/_lower.py ``specialize``; run.entry_for picks per call).
+    ``load=False``: the module is not loaded on the device (``IreeSession.load`` does it later)."""
     desc = desc if desc is not None else decode(op_graph, session)
     summary = GraphSummary.of(desc)
     targets = session.targets or (session.target,)
@@ -89,7 +91,8 @@ def build(session: IreeSession, op_graph: bytes, knobs: dict, engine_name: str =
         ctx.variants = tuple((c.target, c.vmfb, c.compiler_version) for c in built)
     ctx.engine_name, ctx.knobs = engine_name, dict(knobs)
     ctx.shape_spec, ctx.override = spec, bool((dynamic or {}).get("override"))
-    session.load(ctx)
+    if load:
+        session.load(ctx)
     return ctx
 
 

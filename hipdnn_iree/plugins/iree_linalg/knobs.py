@@ -236,6 +236,11 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
         im2col_on = im2col == "ON" and summary.has_conv
     if im2col_on:
         flags.append(IM2COL_FLAG)
+        if cpu and not summary.f32_only:
+            # NOTE: IREE 3.13's CPU im2col pass emits `arith.addf (f16, f32) -> f16` for a conv with
+            # f16/bf16 operands and an f32 accumulator and fails to compile (every x86 CPU target):
+            # such convs take f32 operands (what the CPU computes them in anyway)
+            policy = policy.with_(conv_acc_operands=True)
     if get("OPT_LEVEL") != AUTO:
         flags.append(f"--iree-opt-level={get('OPT_LEVEL')}")
     if not cpu and get("GPU_PAD_FUSION") == "ON" and summary.has_conv:

@@ -85,11 +85,19 @@ class IreeLinalgPlugin:
 
     # -- build, execute -------------------------------------------------------------------
     def create_execution_context(self, engine_id: int, op_graph: bytes, engine_config=None,
-                                 session=None, dynamic=None) -> IreeExecutionContext:
+                                 session=None, dynamic=None, defer_load=False) -> IreeExecutionContext:
         """``dynamic``: a dynamic-shape build (``{"shape_spec", "override", "kernel_cache"}``,
-        backend/plan.py): one module with symbolic dims, shared through the kernel cache."""
+        backend/plan.py): one module with symbolic dims, shared through the kernel cache.
+        ``defer_load``: compile only; ``load_execution_context`` loads it on the device."""
         knobs = dict(getattr(engine_config, "knobs", None) or {})
-        return _build.build(_session(session), op_graph, knobs, dynamic=dynamic)
+        return _build.build(_session(session), op_graph, knobs, dynamic=dynamic, load=not defer_load)
+
+    def load_execution_context(self, ctx: IreeExecutionContext, session=None) -> None:
+        """Loads a ``defer_load`` build on the session's device, on the calling thread: on a CUDA
+        device the VM context must be made where IREE's device context is current (IREE 3.13 on an
+        H200: CUDA_ERROR_INVALID_CONTEXT from a build_plans(ALL) worker thread)."""
+        if ctx.module is None:
+            _session(session).load(ctx)
 
     def destroy_execution_context(self, ctx: IreeExecutionContext) -> None:
         ctx.view_cache.clear()
