@@ -225,3 +225,25 @@ def test_statements_checked_against_the_code():
     for name in re.findall(r"`backend\.(\w+)\(", text):
         assert hasattr(backend, name), f"docs/api.md documents backend.{name}, which does not exist"
     assert "IREE plans cannot execute it today" not in text and "no leaky ReLU" not in text
+
+
+def _op_section(text: str, number: str) -> str:
+    """The text of op section ``number`` (e.g. "5.8"), up to the next heading."""
+    m = re.search(rf"^### {re.escape(number)} .*?\n(.*?)(?=^#)", text, flags=re.M | re.S)
+    assert m, f"docs/api.md has no section {number}"
+    return m.group(1)
+
+
+def test_norm_sections_state_the_scale_rule_the_lowering_uses():
+    """5.8/5.9 and the oddities state hipDNN's rule (the trailing axes where the scale has x's
+    extents, ``lowering.ops.norm.norm_axes``), not "every axis but axis 0"."""
+    from lowering.ops.norm import norm_axes
+    text = _doc()
+    ln, rms = _op_section(text, "5.8"), _op_section(text, "5.9")
+    assert "but axis 0" not in text
+    assert "trailing axes where `scale` has x's extents" in ln
+    assert "the axes the scale spans" in rms and "layernorm's rule" in rms
+    # the examples the sections give are the lowering's answers
+    assert "`[1, 1, D]` (or `[D]`) normalize **each token over D**" in ln
+    assert norm_axes((2, 5, 8), (1, 1, 8)) == norm_axes((2, 5, 8), (8,)) == (2,)
+    assert "`[1, S, D]` normalizes over S and D" in ln and norm_axes((2, 5, 8), (1, 5, 8)) == (1, 2)
