@@ -308,3 +308,29 @@ def test_bench_of_a_kind1_plan_names_the_target_it_compiled_for(files, tmp_path)
     assert target.startswith("llvm-cpu") and "kind-1" in target, target
     p = cli("bench", kind1, "-n", "2", "--restores", "1")
     assert p.returncode == EXIT_OK and "target llvm-cpu" in p.stdout, p.stdout + p.stderr
+
+
+# -- a several-target plan names the module that ran, not the plan's first target --------------------
+@pytest.mark.skipif(__import__("hipdnn_iree.plugins.iree_linalg.multitarget", fromlist=["cpu_level"]).cpu_level()
+                    is None, reason="needs an x86-64 CPU (the plan's CPU module is llvm-cpu:x86-64)")
+def test_run_and_bench_of_a_multi_target_plan_name_the_module_that_ran(files, tmp_path):
+    d, want = files
+    plan = tmp_path / "mt.plan"
+    p = cli("compile", d / "graph.json", "--target", "rocm:gfx942,llvm-cpu:x86-64", "-o", plan)
+    assert p.returncode == EXIT_OK, p.stdout + p.stderr
+    info = json.loads(cli("inspect", plan, "--json").stdout)
+    assert [e["target"] for e in info["fusplan"]["entries"]] == ["rocm:gfx942", "llvm-cpu:x86-64"]
+    out = tmp_path / "out"
+    p = cli("run", plan, *_inputs(d), "-o", out, "--json")
+    assert p.returncode == EXIT_OK, p.stdout + p.stderr
+    r = json.loads(p.stdout)
+    assert r["device"] == "local-task" and r["target"] == "llvm-cpu:x86-64", r
+    np.testing.assert_allclose(np.load(out / "4.npy"), want, rtol=1e-4, atol=1e-4)   # the CPU module ran
+    p = cli("run", plan, *_inputs(d), "-o", out)
+    assert p.returncode == EXIT_OK and "target llvm-cpu:x86-64, device local-task" in p.stdout, p.stdout + p.stderr
+    assert "gfx942" not in p.stdout
+    p = cli("bench", plan, "-n", "2", "--restores", "1", "--json")
+    assert p.returncode == EXIT_OK, p.stdout + p.stderr
+    assert json.loads(p.stdout)["target"] == "llvm-cpu:x86-64"
+    p = cli("bench", plan, "-n", "2", "--restores", "1")
+    assert p.returncode == EXIT_OK and "target llvm-cpu:x86-64, device local-task" in p.stdout, p.stdout

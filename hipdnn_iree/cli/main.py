@@ -244,6 +244,7 @@ def cmd_run(args) -> int:
     import numpy as np
     files = _parse_inputs(args.input)
     handle, graph, info, _, _ = _restore(args.plan, args.device, args.verify_key_file)
+    target = _plan_target(info, handle, graph)
     tensors = graph.get_compiled_plan_tensors()
     pack, outputs, _ = _variant_pack(tensors, files, random_inputs=False)
     _execute(handle, graph, pack)
@@ -252,6 +253,8 @@ def cmd_run(args) -> int:
     except OSError as e:
         raise CliError(EXIT_USAGE, f"cannot create output folder '{args.output_dir}': {e.strerror}") from None
     names = {t.uid: t.name for t in tensors}
+    if not args.json:
+        print(f"plan: {args.plan}, target {target}, device {handle.device}")
     written = []
     for uid, buf in sorted(outputs.items()):
         path = os.path.join(args.output_dir, f"{uid}.npy")
@@ -264,19 +267,23 @@ def cmd_run(args) -> int:
         if not args.json:
             print(f"uid {uid} ('{names[uid]}'): {buf.dtype} {list(buf.shape)} -> {path}")
     if args.json:
-        print(json.dumps({"plan": args.plan, "device": handle.device, "target": _plan_target(info, handle),
+        print(json.dumps({"plan": args.plan, "device": handle.device, "target": target,
                           "outputs": written}, indent=2))
     return EXIT_OK
 
 
-def _plan_target(info, handle) -> str:
-    """The plan's target; a kind-1 plan (a hipDNN graph) has none of its own: the one it was compiled
-    for when restored, said so."""
-    if info.target:
-        return info.target
+def _plan_target(info, handle, graph) -> str:
+    """The target whose module runs on the handle's device: for a several-target plan (FUSPLAN kind 3)
+    the module the device picked when restored, not the first of the plan's list; a kind-1 plan (a
+    hipDNN graph) has none of its own: the one it was compiled for when restored, said so. Call it
+    before ``graph.release()``."""
     if info.graph is not None:
         return f"{','.join(handle.targets)} (compiled at restore: kind-1 plan)"
-    return ",".join(e["target"] for e in info.entries) or "?"
+    # NOTE: the restored context knows which module it loaded (plugins/iree_linalg/payload.py, restore)
+    ran = getattr(graph.get_execution_plan().context, "target", None)
+    if ran is not None:
+        return str(ran)
+    return info.target or ",".join(e["target"] for e in info.entries) or "?"
 
 
 def cmd_bench(args) -> int:
@@ -287,12 +294,13 @@ def cmd_bench(args) -> int:
     t0 = time.perf_counter()
     handle, graph, info, _, data = _restore(args.plan, args.device, args.verify_key_file)
     setup = time.perf_counter() - t0
+    target = _plan_target(info, handle, graph)
     pack, _, _ = _variant_pack(graph.get_compiled_plan_tensors(), files, random_inputs=True)
     graph.release()
     vkey = _key(args.verify_key_file, "key file")
     report = run_bench(lambda: _restore_again(handle, data, vkey, args.plan), lambda g: _execute(handle, g, pack),
                        args.n, args.restores, args.progress)
-    report.update(plan=args.plan, device=handle.device, target=_plan_target(info, handle), plan_bytes=len(data),
+    report.update(plan=args.plan, device=handle.device, target=target, plan_bytes=len(data),
                   device_and_first_restore_s=setup)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return EXIT_OK
