@@ -496,3 +496,33 @@ def test_cudnn_methods_this_engine_does_not_lower_are_not_supported_by_name(hand
         g.sdpa_backwards(q=q)
     with pytest.raises(AttributeError):
         g.layer_norm_backward
+
+
+def test_not_supported_method_messages_are_sentences(handle):
+    """One clause saying what is not supported, then what works instead (a garbled
+    "...; batchnorm_inference is supported is not supported by hipdnn-iree" before)."""
+    import re
+    from hipdnn_iree.cudnn._graph import NOT_SUPPORTED_METHODS
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, handle=handle)
+
+    def message(meth):
+        with pytest.raises(cudnn.cudnnGraphNotSupportedError) as e:
+            getattr(g, meth)()
+        assert cudnn.get_last_error_string() == e.value.message
+        return e.value.message
+
+    where = '(docs/cudnn_migration.md, "What is missing")'
+    assert message("batchnorm") == ("cudnn.pygraph.batchnorm: batchnorm training (batch statistics and the "
+                                    f"running-stat update) is not supported by hipdnn-iree {where}; "
+                                    "batchnorm_inference is")
+    assert message("transpose") == (f"cudnn.pygraph.transpose: transpose as an op is not supported by hipdnn-iree "
+                                    f"{where}; describe a transposed input with strides instead")
+    assert message("sdpa_backward") == (f"cudnn.pygraph.sdpa_backward: the SDPA backward pass is not supported by "
+                                        f"hipdnn-iree {where}")
+    shape = re.compile(rf"cudnn\.pygraph\.(\w+): (.+) is not supported by hipdnn-iree {re.escape(where)}(; (.+))?")
+    for meth, (what, instead) in NOT_SUPPORTED_METHODS.items():
+        msg = message(meth)
+        m = shape.fullmatch(msg)
+        assert m and m.group(1) == meth and m.group(2) == what and m.group(4) == instead, msg
+        assert msg.count("supported") == 1 + (instead or "").count("supported"), msg
+        assert "supported" not in what and not (instead or "").endswith("supported"), msg

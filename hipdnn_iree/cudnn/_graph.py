@@ -948,51 +948,53 @@ def _add_simple_ops():
 # engine does not lower: each is a method that raises cudnnGraphNotSupportedError naming it, so
 # cuDNN code gets the error it already catches for graphs no engine supports. They are listed one
 # by one (no __getattr__): a misspelt method name stays an AttributeError.
-NOT_SUPPORTED_METHODS = {
-    "batchnorm": "batchnorm training (batch statistics, running-stat update); batchnorm_inference is supported",
-    "batchnorm_backward": "the batchnorm backward pass",
-    "layernorm_backward": "the layernorm backward pass",
-    "rmsnorm_backward": "the rmsnorm backward pass",
-    "instancenorm": "instance normalization",
-    "instancenorm_backward": "the instancenorm backward pass",
-    "adalayernorm": "adaptive layernorm",
-    "adalayernorm_backward": "the adaptive layernorm backward pass",
-    "sdpa_backward": "the SDPA backward pass",
-    "scaled_dot_product_flash_attention_backward": "the SDPA backward pass",
-    "sdpa_fp8": "FP8 SDPA (FP8 data types)",
-    "sdpa_fp8_backward": "the FP8 SDPA backward pass",
-    "genstats": "genstats (per-channel sum and sum of squares)",
-    "slice": "slice",
-    "reshape": "reshape",
-    "transpose": "transpose as an op (describe a transposed input with strides instead)",
-    "concatenate": "concatenate",
-    "block_scale_quantize": "block-scale quantization (FP8/FP4 block scaling)",
-    "block_scale_dequantize": "block-scale dequantization (FP8/FP4 block scaling)",
-    "rope": "rotary position embedding (rope)",
-    "rope_backward": "the rope backward pass",
-    "moe_grouped_matmul": "MoE grouped matmul",
-    "moe_grouped_matmul_bwd": "the MoE grouped matmul backward pass",
-    "tensor_scalar": "tensor_scalar (pass a Python number as the operand, or graph.tensor(is_pass_by_value=True))",
-    "populate_cuda_graph": "CUDA graph population (IREE runs the plan; there is no cuDNN CUDA graph)",
-    "update_cuda_graph": "CUDA graph population (IREE runs the plan; there is no cuDNN CUDA graph)",
+NOT_SUPPORTED_METHODS = {   # method -> (what it does, what works instead or None): the message's two parts
+    "batchnorm": ("batchnorm training (batch statistics and the running-stat update)", "batchnorm_inference is"),
+    "batchnorm_backward": ("the batchnorm backward pass", None),
+    "layernorm_backward": ("the layernorm backward pass", None),
+    "rmsnorm_backward": ("the rmsnorm backward pass", None),
+    "instancenorm": ("instance normalization", None),
+    "instancenorm_backward": ("the instancenorm backward pass", None),
+    "adalayernorm": ("adaptive layernorm", None),
+    "adalayernorm_backward": ("the adaptive layernorm backward pass", None),
+    "sdpa_backward": ("the SDPA backward pass", None),
+    "scaled_dot_product_flash_attention_backward": ("the SDPA backward pass", None),
+    "sdpa_fp8": ("FP8 SDPA (FP8 data types)", None),
+    "sdpa_fp8_backward": ("the FP8 SDPA backward pass", None),
+    "genstats": ("genstats (per-channel sum and sum of squares)", None),
+    "slice": ("the slice op", None),
+    "reshape": ("the reshape op", None),
+    "transpose": ("transpose as an op", "describe a transposed input with strides instead"),
+    "concatenate": ("the concatenate op", None),
+    "block_scale_quantize": ("block-scale quantization (FP8/FP4 block scaling)", None),
+    "block_scale_dequantize": ("block-scale dequantization (FP8/FP4 block scaling)", None),
+    "rope": ("rotary position embedding (rope)", None),
+    "rope_backward": ("the rope backward pass", None),
+    "moe_grouped_matmul": ("the MoE grouped matmul", None),
+    "moe_grouped_matmul_bwd": ("the MoE grouped matmul backward pass", None),
+    "tensor_scalar": ("tensor_scalar", "pass a Python number as the operand, or graph.tensor(is_pass_by_value=True)"),
+    "populate_cuda_graph": ("CUDA graph population", "IREE runs the plan, and there is no cuDNN CUDA graph to "
+                                                     "populate"),
+    "update_cuda_graph": ("CUDA graph update", "IREE runs the plan, and there is no cuDNN CUDA graph to update"),
 }
 
 
 def _add_not_supported():
-    def refuse(meth, what):
+    def refuse(meth, what, instead):
         def op(self, *args, **kwargs):
             from hipdnn_iree.cudnn._handle import _LAST_ERROR
-            msg = f"pygraph.{meth}: {what} is not supported by hipdnn-iree (docs/cudnn_migration.md, What is missing)"
+            msg = (f"cudnn.pygraph.{meth}: {what} is not supported by hipdnn-iree (docs/cudnn_migration.md, "
+                   f"\"What is missing\")" + (f"; {instead}" if instead else ""))
             _LAST_ERROR[0] = msg
             raise cudnnGraphNotSupportedError(msg)
         op.__name__ = meth
         op.__doc__ = f"Not supported here: {what}; raises ``cudnnGraphNotSupportedError``."
         return op
 
-    for meth, what in NOT_SUPPORTED_METHODS.items():
+    for meth, (what, instead) in NOT_SUPPORTED_METHODS.items():
         if meth in vars(pygraph):   # NOTE: a method implemented later must leave this table
             raise RuntimeError(f"pygraph.{meth} is implemented and listed in NOT_SUPPORTED_METHODS")
-        setattr(pygraph, meth, refuse(meth, what))
+        setattr(pygraph, meth, refuse(meth, what, instead))
 
 
 _add_simple_ops()
