@@ -1,12 +1,25 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (no IREE compiler, no network): install the carried runtime wheels,
 # then the correctness matrix and the benchmark over plans compiled on the build machine.
-# Usage: bash benchmarks/gpu_run.sh [cases|bench|all]   (results go to $OUT or ./gpu_results)
+# Usage: bash benchmarks/gpu_run.sh [cases|bench|tests|autotune|all]   (results go to $OUT or ./gpu_results)
+# tests/autotune need the IREE compiler there too: .gpu/iree_compiler.tar.xz (iree-base-compiler's
+# wheel unpacked, libIREECompiler.so stripped), unpacked beside the runtime; .whl also carries the
+# pure-Python test tools (pytest, pluggy, iniconfig, packaging, flatbuffers) and ml_dtypes.
 set -u
 OUT=${OUT:-gpu_results}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>&1 | tail -2
+if [ -f .gpu/iree_compiler.tar.xz ] && [ ! -d /tmp/site/iree/compiler ]; then
+    tar -C /tmp/site -xJf .gpu/iree_compiler.tar.xz
+fi
+chmod +x /tmp/site/iree/compiler/_mlir_libs/iree-* 2>/dev/null   # NOTE: a wheel unpacked by zipfile loses exec bits
 export PYTHONPATH=/tmp/site:$PWD
+# the engine plugins' entry points, as `pip install .` would register them (the checkout itself is on PYTHONPATH)
+di=/tmp/site/hipdnn_iree_checkout-0.dist-info
+if [ ! -d "$di" ]; then
+    mkdir -p "$di" && printf 'Metadata-Version: 2.1\nName: hipdnn-iree-checkout\nVersion: 0\n' > "$di/METADATA"
+    python3 -c "import tomllib; ep = tomllib.load(open('pyproject.toml', 'rb'))['project']['entry-points']; print(''.join(f'[{g}]\n' + ''.join(f'{k} = {v}\n' for k, v in e.items()) for g, e in ep.items()))" > "$di/entry_points.txt"
+fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
 python3 -c "import torch, numpy; print('torch', torch.__version__, 'numpy', numpy.__version__)" >> "$OUT/gpu.txt" 2>&1
 what=${1:-all}
@@ -21,4 +34,17 @@ fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
     python3 benchmarks/gpu_bench.py run --plans .gpu_bench --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1
     echo "bench rc=$?"; grep -E "^\| " "$OUT/bench.txt"
+fi
+if [ "$what" = tests ] || [ "$what" = all ]; then
+    # the gpu-marked tests, built and run on this machine (one process, as users work)
+    python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_output_strides.py tests/test_gpu_build_all.py \
+        tests/test_zero_copy.py > "$OUT/tests.txt" 2>&1
+    echo "tests rc=$?"; tail -25 "$OUT/tests.txt"
+fi
+if [ "$what" = autotune ] || [ "$what" = all ]; then
+    for run in A B; do
+        python3 benchmarks/autotune_in_process.py --out "$OUT/autotune_$run" --dtypes ${DTYPES:-f32 f16 bf16} \
+            > "$OUT/autotune_$run.txt" 2>&1
+        echo "autotune $run rc=$?"; grep -E "^\| |^\{\"blocks" "$OUT/autotune_$run.txt"
+    done
 fi
