@@ -375,8 +375,6 @@ def test_where_cudnn_and_this_engine_differ_errors_are_clear(handle):
     q4 = g.tensor(name="Q4", dim=[1, 4, 8, 16], stride=[512, 128, 16, 1])
     with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="Stats with grouped-query"):
         g.sdpa(q=q4, k=kv, v=kv, is_inference=False)
-    with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="dropout"):
-        g.sdpa(q=q, k=q, v=q, generate_stats=False, dropout=(0.1, q, q))
     with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="ragged"):
         g.tensor(name="R", dim=[4], stride=[1], ragged_offset=q)
     g2 = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, handle=handle)
@@ -385,6 +383,29 @@ def test_where_cudnn_and_this_engine_differ_errors_are_clear(handle):
     g2.build()
     with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="knob"):
         g2.create_execution_plan(None, {cudnn.knob_type.SPLIT_K: 2})
+
+
+def test_unsupported_features_are_refused_at_the_build_steps_not_at_node_creation(handle):
+    """cuDNN FE's tests write the graph, then catch cudnnGraphNotSupportedError around
+    create_execution_plans / check_support / build_plans and skip: the node is made, the build
+    steps refuse it, each naming the feature."""
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.HALF, handle=handle)
+    q = g.tensor(name="Q", dim=[1, 1, 8, 16], stride=[128, 128, 16, 1])
+    o, stats = g.sdpa(q=q, k=q, v=q, generate_stats=False, dropout=(0.1, q, q))
+    o.set_output(True).set_dim([1, 1, 8, 16]).set_stride([128, 128, 16, 1])
+    g.validate()
+    g.build_operation_graph()
+    for step in (lambda: g.create_execution_plans([cudnn.heur_mode.A]), g.check_support, g.build_plans):
+        with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="dropout") as e:
+            step()
+        assert e.value.status == hd.Status.NOT_SUPPORTED
+    g2 = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, handle=handle)
+    a = g2.tensor(name="A", dim=[1, 4, 8], stride=[32, 8, 1])
+    b = g2.tensor(name="B", dim=[1, 8, 4], stride=[32, 4, 1])
+    g2.matmul(A=a, B=b, padding=1.0).set_output(True)
+    g2.validate()
+    with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="padding"):
+        g2.build([cudnn.heur_mode.A])
 
 
 def test_knob_types_are_the_engines_knobs():

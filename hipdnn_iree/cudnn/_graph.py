@@ -195,6 +195,7 @@ class pygraph:
         self._eps = []                    # (facade pass-by-value tensor, hd scalar constant) for baked scalars
         self._pbv_bufs = {}               # uid -> buffer holding a pass-by-value input on the device
         self._heur = None
+        self._deferred = []               # unsupported features, refused at the build steps (_defer)
         self._policy = None
         self._pending = False             # plans wait for the first execute (baked scalars unknown)
         self._baked = None
@@ -248,6 +249,16 @@ class pygraph:
                                data_type=_np_to_cudnn(input.dtype), name=name)
         raise HipdnnError(Status.BAD_PARAM, f"tensor_like: expected a torch/numpy tensor or a graph tensor, got "
                                             f"{type(input).__name__}")
+
+    def _defer(self, what: str) -> None:
+        """An unsupported feature met while the graph is written: refused (NOT_SUPPORTED) at the
+        build steps cuDNN FE code wraps (create_execution_plans, check_support, build_plans), as
+        cuDNN refuses such graphs there, not at node creation."""
+        self._deferred.append(what)
+
+    def _refuse_deferred(self) -> None:
+        if self._deferred:
+            _unsupported("; ".join(self._deferred))
 
     def _channels_last(self, hdt):
         """cuDNN's default for conv and reduction outputs left unset: packed channels-last (hd.Graph
@@ -342,7 +353,7 @@ class pygraph:
         if kwargs:
             raise TypeError(f"matmul: unexpected keyword argument(s): {sorted(kwargs)}")
         if padding not in (0, 0.0, None):
-            _unsupported(f"matmul: padding={padding!r} (the value ragged rows are padded with) is not supported")
+            self._defer(f"matmul: padding={padding!r} (the value ragged rows are padded with) is not supported")
         return self._wrap(self._hd.matmul(self._in(A, "A"), self._in(B, "B"),
                                           compute_data_type=self._cdt(compute_data_type), name=name or None))
 
@@ -425,7 +436,7 @@ class pygraph:
     def layernorm(self, norm_forward_phase, input, scale, bias, epsilon, compute_data_type=None, name="",
                   zero_centered_gamma=False):
         if zero_centered_gamma:
-            _unsupported("layernorm: zero_centered_gamma is not supported")
+            self._defer("layernorm: zero_centered_gamma is not supported")
         phase = E.to_hd(E.HD_PHASE, norm_forward_phase, "layernorm norm_forward_phase")
         if phase == E.HD_PHASE.NOT_SET:
             phase = E.HD_PHASE.INFERENCE
@@ -481,13 +492,13 @@ class pygraph:
                            (paged_attention_k_table is not None or paged_attention_v_table is not None,
                             "paged attention"), (seq_len_q is not None or seq_len_kv is not None, "seq_len_q/kv")):
             if flag:
-                _unsupported(f"sdpa: {what} is not supported by this engine")
+                self._defer(f"sdpa: {what} is not supported by this engine")
         causal = bool(use_causal_mask)
         if use_causal_mask_bottom_right:
             qd, kd = q.get_dim(), k.get_dim()
             if qd is None or kd is None or qd[2] != kd[2]:
-                _unsupported("sdpa: use_causal_mask_bottom_right with Sq != Skv is not supported (this engine aligns "
-                             "the causal mask top-left; the two agree only when Sq == Skv)")
+                self._defer("sdpa: use_causal_mask_bottom_right with Sq != Skv is not supported (this engine "
+                            "aligns the causal mask top-left; the two agree only when Sq == Skv)")
             causal = True
         scale = attn_scale
         if isinstance(scale, tensor):
@@ -554,6 +565,7 @@ class pygraph:
 
     @_translate
     def create_execution_plans(self, heur_modes=None):
+        self._refuse_deferred()
         modes = heur_modes if isinstance(heur_modes, (list, tuple)) else [heur_modes or E.heur_mode.A]
         hd_modes = []
         for m in modes:
@@ -570,11 +582,13 @@ class pygraph:
 
     @_translate
     def check_support(self):
+        self._refuse_deferred()
         self._hd.check_support()
         return self
 
     @_translate
     def build_plans(self, policy=E.build_plan_policy.HEURISTICS_CHOICE):
+        self._refuse_deferred()
         self._policy = E.to_hd(E.HD_POLICY, policy, "build_plan_policy")
         if self._eps:
             self._pending = True     # the baked scalars' values come with the first execute
