@@ -334,3 +334,51 @@ def test_run_and_bench_of_a_multi_target_plan_name_the_module_that_ran(files, tm
     assert json.loads(p.stdout)["target"] == "llvm-cpu:x86-64"
     p = cli("bench", plan, "-n", "2", "--restores", "1")
     assert p.returncode == EXIT_OK and "target llvm-cpu:x86-64, device local-task" in p.stdout, p.stdout
+
+
+# -- hipdnn-iree mlir: the MLIR the IREE engine compiles for a graph file ----------------------------------
+def test_mlir_prints_the_module_of_graph_json_and_of_a_hipdnn_graph_flatbuffer(files, tmp_path):
+    d, _ = files
+    fb = tmp_path / "graph.fb"
+    fb.write_bytes(hd.Graph.from_json((d / "graph.json").read_text()).to_hipdnn_graph())
+    p = cli("mlir", d / "graph.json")
+    assert p.returncode == EXIT_OK and p.stderr == "", p.stdout + p.stderr
+    assert "func.func @main" in p.stdout and "linalg.matmul" in p.stdout and "llvm-cpu:host" in p.stdout
+    q = cli("mlir", fb)
+    assert q.returncode == EXIT_OK and q.stdout == p.stdout, q.stdout[:500] + q.stderr
+    r = cli("mlir", fb, "--target", "rocm:gfx942")
+    assert r.returncode == EXIT_OK and "func.func @main" in r.stdout and "rocm:gfx942" in r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("case,code,words", [
+    ("garbage", EXIT_BAD_PLAN, "is not a valid graph (hipDNN graph FlatBuffer)"),
+    ("bad_json", EXIT_BAD_PLAN, "is not a valid graph (graph JSON): graph JSON"),
+    ("no_ops", EXIT_BAD_PLAN, "has no operations"),
+    ("dev_zero", EXIT_BAD_PLAN, "nor a hipDNN graph FlatBuffer"),
+    ("missing", EXIT_USAGE, "does not exist"),
+    ("bad_target", EXIT_USAGE, "unknown backend 'tpu'"),
+    ("two_targets", EXIT_USAGE, "name one target"),
+])
+def test_mlir_errors_are_one_line_without_a_traceback(files, tmp_path, case, code, words):
+    d, _ = files
+    graph, extra = d / "graph.json", []
+    if case == "garbage":
+        graph = d / "garbage.plan"
+    elif case == "bad_json":
+        graph = tmp_path / "bad.json"
+        graph.write_text('{"tensors": 5}')
+    elif case == "no_ops":
+        graph = tmp_path / "empty.json"
+        graph.write_text(json.dumps({**json.loads((d / "graph.json").read_text()), "nodes": []}))
+    elif case == "dev_zero":
+        graph = "/dev/zero"
+    elif case == "missing":
+        graph = tmp_path / "nope.json"
+    elif case == "bad_target":
+        extra = ["--target", "tpu"]
+    elif case == "two_targets":
+        extra = ["--target", "llvm-cpu,rocm:gfx942"]
+    p = cli("mlir", graph, *extra)
+    assert p.returncode == code, p.stdout + p.stderr
+    assert p.stdout == "" and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert p.stderr.startswith("hipdnn-iree mlir: error: ") and words in p.stderr, p.stderr

@@ -43,3 +43,68 @@ def test_a_bfloat16_graph_imports_ml_dtypes_when_it_needs_it_and_runs_right():
         print("ok", err)
     """))
     assert p.returncode == 0 and p.stdout.startswith("ok"), p.stdout + p.stderr
+
+
+# -- graph_mlir: the MLIR a graph lowers to, as the IREE engine compiles it -----------------------------
+def _matmul_graph():
+    import hipdnn_iree as hd
+    g = hd.Graph(name="mm", io_data_type=hd.DataType.FLOAT)
+    a = g.tensor(name="A", uid=1, dim=[4, 8])
+    b = g.tensor(name="B", uid=2, dim=[8, 2])
+    g.matmul(a, b).set_output(True).set_uid(3)
+    return g
+
+
+def test_graph_mlir_of_a_matmul_is_the_module_a_build_compiles():
+    import hipdnn_iree as hd
+    from harness import filecheck
+    from hipdnn_iree.frontend.mlir_view import graph_mlir
+    g = _matmul_graph()
+    text = graph_mlir(g)                       # validates the graph itself
+    filecheck(text, "CHECK: func.func @main(%arg0: tensor<4x8xf32>, %arg1: tensor<8x2xf32>\n"
+                    "CHECK: linalg.matmul\n")
+    assert "llvm-cpu:host" in text
+    g.build(hd.create_handle(cache=False))
+    assert g.get_execution_plan().context.mlir == text   # the text the IREE engine compiled
+
+
+def test_graph_mlir_for_a_gpu_target_is_that_targets_module():
+    import hipdnn_iree as hd
+    from hipdnn_iree.frontend.mlir_view import graph_mlir
+    g = _matmul_graph()
+    text = graph_mlir(g, target="rocm:gfx942")
+    assert "func.func @main" in text and "linalg.matmul" in text and "rocm:gfx942" in text
+    g.build(hd.create_handle(device=None, target="rocm:gfx942", cache=False))
+    assert g.get_execution_plan().context.mlir == text
+
+
+def test_graph_mlir_refuses_bad_input_with_a_status():
+    import hipdnn_iree as hd
+    from harness import raises
+    from hipdnn_iree.frontend.mlir_view import graph_mlir
+    S = hd.Status
+    raises(S.BAD_PARAM, graph_mlir, b"not a graph", match="expected an hd.Graph, got bytes")
+    raises(S.BAD_PARAM, graph_mlir, hd.Graph(name="empty"), match="has no operations")
+    raises(S.NOT_SUPPORTED, graph_mlir, _matmul_graph(), "tpu:v1", match="unknown backend 'tpu'")
+    raises(S.BAD_PARAM, graph_mlir, _matmul_graph(), ["llvm-cpu"], match="one target string")
+    g = _matmul_graph()
+    handle = hd.create_handle(cache=False)
+    g.build(handle)
+    restored = hd.Graph.from_compiled_plan(handle, g.serialize_compiled_plan())
+    raises(S.NOT_SUPPORTED, graph_mlir, restored, match="restored from a compiled plan")
+
+
+def test_graph_mlir_without_the_compiler_names_the_package():
+    from harness import BLOCK_COMPILER
+    p = run_python(BLOCK_COMPILER + textwrap.dedent("""
+        import hipdnn_iree as hd
+        from hipdnn_iree.frontend.mlir_view import graph_mlir
+        g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+        g.matmul(g.tensor(name="A", uid=1, dim=[4, 8]), g.tensor(name="B", uid=2, dim=[8, 2])).set_output(True)
+        try:
+            graph_mlir(g)
+        except hd.HipdnnError as e:
+            print(e.status.name, e)
+    """))
+    assert p.returncode == 0 and p.stdout.startswith("NOT_SUPPORTED") and "iree-base-compiler" in p.stdout, \
+        p.stdout + p.stderr

@@ -6,6 +6,7 @@ Usage (``hipdnn-iree COMMAND --help`` for each)::
     hipdnn-iree run PLAN --input UID=FILE.npy ... --output-dir DIR [--device local-task] [--json]
     hipdnn-iree bench PLAN [--device local-task] [-n 100]
     hipdnn-iree compile GRAPH.json [--target llvm-cpu:host] -o PLAN
+    hipdnn-iree mlir GRAPH [--target llvm-cpu:host]
     hipdnn-iree upgrade IN OUT [--target llvm-cpu:host]
     hipdnn-iree cache {info,clear} [--dir DIR] [--json]
 
@@ -72,6 +73,30 @@ def _json_start(head, limit) -> str | None:
     text = text.lstrip(b" \t\r\n")
     if text and not text.startswith(b"{"):
         return f"it does not start with a JSON object ('{{'): first byte {text[:1]!r}"
+    return None
+
+
+def _is_json(head) -> bool:
+    text = head[3:] if head[:3] == b"\xef\xbb\xbf" else head
+    return text.lstrip(b" \t\r\n").startswith(b"{")
+
+
+def _graph_start(head, limit) -> str | None:
+    """Why ``head`` cannot begin graph JSON or a hipDNN graph FlatBuffer, or None."""
+    if _is_json(head):
+        return None
+    # NOTE: a FlatBuffer's root table (and its vtable) lie near its start: a first chunk (1 MiB) holds them
+    why = f"it is neither graph JSON (first byte {head[:1]!r}, not '{{') nor a hipDNN graph FlatBuffer"
+    n = len(head)
+    root = int.from_bytes(head[:4], "little") if n >= 4 else 0
+    if root < 4 or root + 4 > n:
+        return f"{why} (root table offset {root}, {n} bytes read)"
+    vtable = root - int.from_bytes(head[root:root + 4], "little", signed=True)
+    if vtable < 0 or vtable + 4 > n:
+        return f"{why} (root table at {root}, its vtable at {vtable} is outside the bytes read)"
+    vsize, tsize = int.from_bytes(head[vtable:vtable + 2], "little"), int.from_bytes(head[vtable + 2:vtable + 4], "little")
+    if vsize < 4 or vsize % 2 or vtable + vsize > n or tsize < 4:
+        return f"{why} (root table vtable of {vsize} bytes at {vtable})"
     return None
 
 
@@ -353,6 +378,33 @@ def cmd_compile(args) -> int:
     return EXIT_OK
 
 
+def cmd_mlir(args) -> int:
+    """Prints the MLIR the IREE engine compiles for a graph (JSON or a hipDNN graph FlatBuffer)."""
+    import hipdnn_iree as hd
+    from hipdnn_iree.frontend.mlir_view import graph_mlir
+    from hipdnn_iree.plugins.iree_linalg.targets import parse_target
+    if "," in args.target:
+        raise CliError(EXIT_USAGE, f"--target {args.target!r}: name one target (the MLIR differs per target)")
+    try:
+        parse_target(args.target)
+    except HipdnnError as e:
+        raise CliError(EXIT_USAGE, f"--target {args.target!r}: {e.message}") from None
+    data = _read(args.graph, "graph file", check=_graph_start, kind="a graph (JSON or hipDNN graph FlatBuffer)")
+    form = "graph JSON" if _is_json(data[:4096]) else "hipDNN graph FlatBuffer"
+    try:
+        graph = hd.Graph.from_json(data) if form == "graph JSON" else hd.Graph.from_hipdnn_graph(data)
+        graph.validate()
+    except HipdnnError as e:
+        raise CliError(EXIT_BAD_PLAN, f"'{args.graph}' is not a valid graph ({form}): {e.message}") from None
+    try:
+        text = graph_mlir(graph, args.target)
+    except HipdnnError as e:
+        code = EXIT_BAD_PLAN if e.status == Status.BAD_PARAM else EXIT_FAILED
+        raise CliError(code, f"lowering '{args.graph}' for {args.target} failed: {e.message}") from None
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return EXIT_OK
+
+
 def cmd_upgrade(args) -> int:
     """A kind-1 plan (a hipDNN graph, as hipDNN's fusilli-provider writes) -> a compiled plan."""
     import hipdnn_iree as hd
@@ -469,6 +521,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true", help="always compile (skip the persistent compile cache)")
     p.add_argument("--iree-flag", action="append", metavar="FLAG", help="extra iree-compile flag, written --iree-flag=--iree-opt-level=O3 (repeatable)")
     p.add_argument("--signing-key-file", metavar="FILE", help="sign the plan (HMAC-SHA256) with this key")
+
+    p = add("mlir", "Print the MLIR (linalg on tensors, verified) the IREE engine compiles for a graph: graph JSON "
+            "(Graph.to_json()) or a hipDNN graph FlatBuffer (Graph.to_hipdnn_graph(), hipDNN's frontend).", cmd_mlir)
+    p.add_argument("graph", metavar="GRAPH", help="graph JSON or hipDNN graph FlatBuffer file (told apart by content)")
+    p.add_argument("--target", default="llvm-cpu:host", help="llvm-cpu[:<cpu>], rocm:<gfx>, cuda:<sm> (default "
+                   "llvm-cpu:host); one target, no device needed")
 
     p = add("upgrade", "Compile a plan that holds a hipDNN graph (FUSPLAN kind 1, as hipDNN's fusilli-provider "
             "and serialize_compiled_plan(payload='hipdnn_graph') write) into a compiled plan (kind 2, or 3 for "

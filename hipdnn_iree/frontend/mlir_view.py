@@ -1,0 +1,67 @@
+"""The MLIR a graph lowers to, as the IREE engine would compile it (``hipdnn-iree mlir``).
+
+NOTE: the frontend otherwise hands the backend a graph FlatBuffer and never talks to a plugin. The
+MLIR is the IREE engine's own artifact, though: its knob policy (``knobs.resolve``) picks the forms
+(fused or composed SDPA, conv layouts, ...), its ``build.lower`` runs the lowering with the same
+arguments a build does. This view calls exactly those entry points, imported when it is asked for,
+rather than re-deriving the engine's policy here, so the text shown is the text a build compiles.
+"""
+from __future__ import annotations
+
+from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
+
+DEFAULT_TARGET = "llvm-cpu:host"
+
+
+def graph_mlir(graph, target: str | None = None) -> str:
+    """The MLIR text (linalg on tensors, verified) the IREE engine compiles for ``graph``.
+
+    The graph is validated first when needed. Every knob is ``AUTO`` (the engine's built-in choice,
+    plan 0 of ``HeurMode.A`` without a stored autotune result); a graph with dynamic or override
+    shapes enabled gets the dynamic module a build would compile.
+
+    Args:
+        graph: an ``hd.Graph`` built from tensors and ops (not one restored from a compiled plan).
+        target: ``"llvm-cpu"`` / ``"llvm-cpu:<cpu>"``, ``"rocm:<gfx>"``, ``"cuda:<sm>"``; default
+            the CPU host target, ``llvm-cpu:host``. No device is needed for any of them.
+
+    Returns:
+        The module's text, which contains ``func.func @main``.
+
+    Raises:
+        HipdnnError: BAD_PARAM for an invalid graph or target, NOT_SUPPORTED for a graph restored
+            from a compiled plan, an unknown backend, an op the engine does not lower, or no IREE
+            compiler installed (the MLIR is verified with ``iree.compiler.ir``).
+
+    Example:
+        >>> import hipdnn_iree as hd
+        >>> from hipdnn_iree.frontend.mlir_view import graph_mlir
+        >>> g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+        >>> a, b = g.tensor(name="A", uid=1, dim=[4, 8]), g.tensor(name="B", uid=2, dim=[8, 2])
+        >>> g.matmul(a, b).set_output(True).set_uid(3) is not None
+        True
+        >>> "linalg.matmul" in graph_mlir(g)                           # doctest: +SKIP
+        True
+    """
+    from hipdnn_iree.frontend.graph import Graph
+    if not isinstance(graph, Graph):
+        raise HipdnnError(Status.BAD_PARAM, f"graph_mlir: expected an hd.Graph, got {type(graph).__name__}")
+    if target is None:
+        target = DEFAULT_TARGET
+    if not isinstance(target, str):
+        raise HipdnnError(Status.BAD_PARAM, f"graph_mlir: target must be one target string such as "
+                                            f"'llvm-cpu:host' or 'rocm:gfx942', got {target!r}")
+    from hipdnn_iree.plugins.iree_linalg import build as _build
+    from hipdnn_iree.plugins.iree_linalg.compile import find_compiler
+    from hipdnn_iree.plugins.iree_linalg.knobs import GraphSummary, resolve, shape_specialize
+    from hipdnn_iree.plugins.iree_linalg.targets import parse_target
+    parsed = parse_target(target)
+    op_graph = graph.to_hipdnn_graph()        # validates first when needed; the bytes a build hands the engine
+    desc = _build.decode(op_graph)
+    dynamic = graph._dynamic_request()        # None for a static build
+    spec = _build._spec(dynamic)
+    knobs: dict = {}
+    resolved = resolve(parsed, GraphSummary.of(desc), knobs, dynamic=spec is not None and spec.is_dynamic())
+    special = shape_specialize(knobs, spec, bool((dynamic or {}).get("override")))
+    find_compiler()   # NOT_SUPPORTED naming iree-base-compiler when it is missing (the MLIR is verified with it)
+    return _build.lower(desc, op_graph, resolved, shape_spec=spec, specialize=special).mlir
