@@ -541,6 +541,12 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
         return self._require_plan("get_compiled_plan_tensors").get_attribute(
             _backend.Attribute.EXECUTION_PLAN_TENSORS_EXT)
 
+    def get_mlir(self, target: str | None = None) -> str:
+        """The MLIR (linalg on tensors) the IREE engine compiles for this graph and ``target``
+        (default ``llvm-cpu:host``), every knob AUTO; validates first. No device needed."""
+        from hipdnn_iree.frontend.mlir_view import graph_mlir
+        return graph_mlir(self, target)
+
     def release(self) -> None:
         """Releases the plan's engine resources now (instead of at garbage collection)."""
         if self._plan is not None:

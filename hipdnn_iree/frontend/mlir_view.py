@@ -43,8 +43,8 @@ def graph_mlir(graph, target: str | None = None) -> str:
         >>> "linalg.matmul" in graph_mlir(g)                           # doctest: +SKIP
         True
     """
-    from hipdnn_iree.frontend.graph import Graph
-    if not isinstance(graph, Graph):
+    # NOTE: no import of frontend.graph here (Graph.get_mlir calls this: an import cycle)
+    if not callable(getattr(graph, "to_hipdnn_graph", None)) or not hasattr(graph, "_nodes"):
         raise HipdnnError(Status.BAD_PARAM, f"graph_mlir: expected an hd.Graph, got {type(graph).__name__}")
     if target is None:
         target = DEFAULT_TARGET
