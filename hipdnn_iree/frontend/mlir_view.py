@@ -1,10 +1,9 @@
 """The MLIR a graph lowers to, as the IREE engine would compile it (``hipdnn-iree mlir``).
 
-NOTE: the frontend otherwise hands the backend a graph FlatBuffer and never talks to a plugin. The
-MLIR is the IREE engine's own artifact, though: its knob policy (``knobs.resolve``) picks the forms
-(fused or composed SDPA, conv layouts, ...), its ``build.lower`` runs the lowering with the same
-arguments a build does. This view calls exactly those entry points, imported when it is asked for,
-rather than re-deriving the engine's policy here, so the text shown is the text a build compiles.
+NOTE: the MLIR is the IREE engine's own artifact: its knob policy picks the forms (fused or composed
+SDPA, conv layouts, ...). The frontend imports no engine package, so the engine's optional
+``source_text`` plugin hook (``plugins/iree_linalg/build.source_text``) emits it with the same
+arguments a build uses: the text shown is the text a build compiles.
 """
 from __future__ import annotations
 
@@ -51,17 +50,12 @@ def graph_mlir(graph, target: str | None = None) -> str:
     if not isinstance(target, str):
         raise HipdnnError(Status.BAD_PARAM, f"graph_mlir: target must be one target string such as "
                                             f"'llvm-cpu:host' or 'rocm:gfx942', got {target!r}")
-    from hipdnn_iree.plugins.iree_linalg import build as _build
-    from hipdnn_iree.plugins.iree_linalg.compile import find_compiler
-    from hipdnn_iree.plugins.iree_linalg.knobs import GraphSummary, resolve, shape_specialize
-    from hipdnn_iree.plugins.iree_linalg.targets import parse_target
-    parsed = parse_target(target)
+    # NOTE: the frontend imports no engine package: the engine that compiles (its optional
+    # ``source_text`` hook) emits the text, through the installed plugins
+    from hipdnn_iree.backend.engines import discover_plugins
     op_graph = graph.to_hipdnn_graph()        # validates first when needed; the bytes a build hands the engine
-    desc = _build.decode(op_graph)
-    dynamic = graph._dynamic_request()        # None for a static build
-    spec = _build._spec(dynamic)
-    knobs: dict = {}
-    resolved = resolve(parsed, GraphSummary.of(desc), knobs, dynamic=spec is not None and spec.is_dynamic())
-    special = shape_specialize(knobs, spec, bool((dynamic or {}).get("override")))
-    find_compiler()   # NOT_SUPPORTED naming iree-base-compiler when it is missing (the MLIR is verified with it)
-    return _build.lower(desc, op_graph, resolved, shape_spec=spec, specialize=special).mlir
+    for plugin in discover_plugins():
+        if callable(getattr(plugin, "source_text", None)):
+            return plugin.source_text(op_graph, target, dynamic=graph._dynamic_request())
+    raise HipdnnError(Status.NOT_SUPPORTED, "graph_mlir: no installed engine plugin emits source text (the IREE "
+                                            "engine, hipdnn_iree.plugins.iree_linalg, does)")

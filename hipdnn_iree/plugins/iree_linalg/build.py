@@ -96,6 +96,20 @@ def build(session: IreeSession, op_graph: bytes, knobs: dict, engine_name: str =
     return ctx
 
 
+def source_text(op_graph: bytes, target: str, dynamic=None) -> str:
+    """The verified MLIR a build with every knob AUTO compiles for ``target`` (no device needed)."""
+    from hipdnn_iree.plugins.iree_linalg.compile import find_compiler
+    from hipdnn_iree.plugins.iree_linalg.targets import parse_target
+    parsed = parse_target(target)
+    desc = decode(op_graph)
+    spec = _spec(dynamic)
+    knobs: dict = {}
+    resolved = resolve(parsed, GraphSummary.of(desc), knobs, dynamic=spec is not None and spec.is_dynamic())
+    special = shape_specialize(knobs, spec, bool((dynamic or {}).get("override")))
+    find_compiler()   # NOT_SUPPORTED naming iree-base-compiler when it is missing (the MLIR is verified with it)
+    return lower(desc, op_graph, resolved, shape_spec=spec, specialize=special).mlir
+
+
 def _spec(dynamic):
     if not dynamic:
         return None

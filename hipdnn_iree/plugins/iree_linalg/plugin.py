@@ -92,6 +92,10 @@ class IreeLinalgPlugin:
         knobs = dict(getattr(engine_config, "knobs", None) or {})
         return _build.build(_session(session), op_graph, knobs, dynamic=dynamic, load=not defer_load)
 
+    def source_text(self, op_graph: bytes, target: str, dynamic=None) -> str:
+        """The MLIR this engine compiles for ``op_graph`` and ``target`` with every knob AUTO (``hd.Graph.get_mlir``)."""
+        return _build.source_text(op_graph, target, dynamic)
+
     def load_execution_context(self, ctx: IreeExecutionContext, session=None) -> None:
         """Loads a ``defer_load`` build on the session's device, on the calling thread: on a CUDA
         device the VM context must be made where IREE's device context is current (IREE 3.13 on an
