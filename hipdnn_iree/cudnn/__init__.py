@@ -11,16 +11,22 @@ Example:
     >>> cudnn.data_type.HALF
     <data_type.HALF: 3>
 """
-from hipdnn_iree.cudnn._enums import (build_plan_policy, cudnnGraphNotSupportedError, data_type, diagonal_alignment,
-                                      heur_mode, knob_type, norm_forward_phase, pointwise_mode, reduction_mode,
-                                      tensor_reordering)
-from hipdnn_iree.cudnn._handle import (Handle, backend_version, backend_version_string, create_handle, create_kernel_cache,
-                                       destroy_handle, get_last_error_string, get_stream, set_stream)
-from hipdnn_iree.cudnn._graph import graph, jit, pygraph, tensor
+from hipdnn_iree.cudnn._enums import (behavior_note, build_plan_policy, cudnnError, cudnnGraphNotSupportedError,
+                                      data_type, diagonal_alignment, heur_mode, knob_type, norm_forward_phase,
+                                      numerical_note, pointwise_mode, reduction_mode, tensor_reordering)
+from hipdnn_iree.cudnn._handle import (FRONTEND_API, DeviceProperties, Handle, backend_version, backend_version_string,
+                                       create_device_properties, create_handle, create_kernel_cache, destroy_handle,
+                                       engine_version_string, get_last_error_string, get_stream, set_stream)
+from hipdnn_iree.cudnn._graph import graph, graph_cache, jit, knob, pygraph, tensor
+
+# NOTE: the cuDNN frontend release whose Python API this facade follows (cuDNN FE's own
+# cudnn.__version__ names its release); engine_version_string() names this project.
+__version__ = FRONTEND_API
 
 __all__ = [
-    "Handle", "backend_version", "backend_version_string", "build_plan_policy", "create_handle", "create_kernel_cache",
-    "cudnnGraphNotSupportedError", "data_type", "destroy_handle", "diagonal_alignment", "get_last_error_string",
-    "get_stream", "graph", "heur_mode", "jit", "knob_type", "norm_forward_phase", "pointwise_mode", "pygraph",
-    "reduction_mode", "set_stream", "tensor", "tensor_reordering",
+    "DeviceProperties", "Handle", "backend_version", "backend_version_string", "behavior_note", "build_plan_policy",
+    "create_device_properties", "create_handle", "create_kernel_cache", "cudnnError", "cudnnGraphNotSupportedError",
+    "data_type", "destroy_handle", "diagonal_alignment", "engine_version_string", "get_last_error_string",
+    "get_stream", "graph", "graph_cache", "heur_mode", "jit", "knob", "knob_type", "norm_forward_phase",
+    "numerical_note", "pointwise_mode", "pygraph", "reduction_mode", "set_stream", "tensor", "tensor_reordering",
 ]

@@ -21,6 +21,11 @@ class cudnnGraphNotSupportedError(HipdnnError):
         super().__init__(Status.NOT_SUPPORTED, message)
 
 
+class cudnnError(HipdnnError, RuntimeError):
+    """Any other failure inside ``cudnn.pygraph``: an ``hd.HipdnnError`` (status and message kept)
+    that is also the ``RuntimeError`` cuDNN FE raises, so ``except RuntimeError`` code works."""
+
+
 class _Enum(enum.IntEnum):
     def __str__(self) -> str:
         return f"{type(self).__name__}.{self.name}"
@@ -150,6 +155,30 @@ class knob_type(_Enum):
     SPLIT_K_BUF = 107
     WORKSPACE = 108
     STAGES = 109
+    # this engine's meaning: the index of one of the engine's configurations (its HeurMode.A choice
+    # first, then the alternatives autotuning times), so cuDNN's "build every kernel config" loops work
+    KERNEL_CFG = 110
+
+
+class behavior_note(_Enum):
+    RUNTIME_COMPILATION = 0
+    REQUIRES_FILTER_INT8x32_REORDER = 1
+    REQUIRES_BIAS_INT8x32_REORDER = 2
+    SUPPORTS_CUDA_GRAPH_NATIVE_API = 3
+    CUBLASLT_DEPENDENCY = 4
+
+
+class numerical_note(_Enum):
+    TENSOR_CORE = 0
+    DOWN_CONVERT_INPUTS = 1
+    REDUCED_PRECISION_REDUCTION = 2
+    FFT = 3
+    NONDETERMINISTIC = 4
+    WINOGRAD = 5
+    WINOGRAD_TILE_4x4 = 6
+    WINOGRAD_TILE_6x6 = 7
+    WINOGRAD_TILE_13x13 = 8
+    STRICT_NAN_PROP = 9
 
 
 ENGINE_KNOBS = tuple(k.name for k in knob_type if k.value < 100)

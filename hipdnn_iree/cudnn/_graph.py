@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from hipdnn_iree.cudnn import _composite
 from hipdnn_iree.cudnn import _enums as E
 from hipdnn_iree.cudnn._enums import cudnnGraphNotSupportedError
 from hipdnn_iree.cudnn._handle import Handle, check, create_handle, sync_stream
@@ -44,6 +45,8 @@ def _translate(fn):
             _LAST_ERROR[0] = e.message
             if e.status == Status.NOT_SUPPORTED:
                 raise cudnnGraphNotSupportedError(e.message) from None
+            if not isinstance(e, RuntimeError):
+                raise E.cudnnError(e.status, e.message) from None
             raise
     return wrapper
 
@@ -69,6 +72,7 @@ class tensor:
             if self._uid is not None:
                 self._t.set_uid(self._uid)
             self._g._by_hd[id(self._t)] = self
+            self._g._inputs.add(id(self._t))
         return self._t
 
     _uid = None
@@ -142,6 +146,20 @@ class tensor:
                f"data_type={self.get_data_type()}, pass_by_value={self._pbv})"
 
 
+class knob:
+    """One knob of an engine as cuDNN FE describes it: ``type`` (a ``cudnn.knob_type``), the value
+    range ``min_value`` .. ``max_value`` by ``stride``; here the values index ``choices``."""
+
+    def __init__(self, type, choices, default):
+        self.type = type
+        self.choices = tuple(choices)
+        self.default = default
+        self.min_value, self.max_value, self.stride = 0, max(len(self.choices) - 1, 0), 1
+
+    def __repr__(self):
+        return f"cudnn.knob({self.type.name}, choices={self.choices})"
+
+
 def _list(v, what):
     if v is None:
         return None
@@ -202,7 +220,18 @@ class pygraph:
         self._restored = False
         self._plan_tensors = None
         self._last_pack = None
+        self._copy_back = []
         self._aliases = []                # (hd tensor, facade tensor): bound to the facade tensor's buffer
+        self._deselected = set()          # engine ids left out (deselect_engines)
+        self._inputs = set()              # id(hd tensor) of the graph's inputs (made by tensor())
+        if device_property is not None and self._handle is None:
+            # deviceless ahead-of-time compilation: a compile-only handle for the device's target
+            from hipdnn_iree.cudnn._handle import DeviceProperties, Handle
+            from hipdnn_iree.backend.handle import create_handle as _hd_create
+            if not isinstance(device_property, DeviceProperties):
+                raise HipdnnError(Status.BAD_PARAM, f"device_property: expected cudnn.create_device_properties(), "
+                                                    f"got {type(device_property).__name__}")
+            self._handle = Handle(_hd_create(device=None, target=device_property.target))
 
     @property
     def hd_graph(self) -> Graph:
@@ -233,6 +262,7 @@ class pygraph:
             return t
         hdt = self._hd.tensor(name=name, uid=uid if uid is not None and uid >= 0 else None, dim=dims,
                               stride=strides, data_type=dtype, is_virtual=is_virtual)
+        self._inputs.add(id(hdt))
         return self._wrap(hdt)
 
     @_translate
@@ -242,7 +272,11 @@ class pygraph:
             return self.tensor(dim=input.get_dim(), stride=input.get_stride(), data_type=input.get_data_type(),
                                is_pass_by_value=input._pbv, name=name or input.get_name() or "")
         if hasattr(input, "stride") and callable(input.stride):     # torch
-            return self.tensor(dim=list(input.shape), stride=list(input.stride()), data_type=input.dtype, name=name)
+            # NOTE: as in cuDNN, a host tensor is a pass-by-value scalar (epsilon, momentum, scales):
+            # its value is read at every execute; a host tensor of several elements stays a tensor
+            pbv = str(getattr(input, "device", "")) == "cpu" and input.numel() == 1
+            return self.tensor(dim=list(input.shape), stride=list(input.stride()), data_type=input.dtype, name=name,
+                               is_pass_by_value=pbv)
         if isinstance(input, np.ndarray):
             item = input.itemsize
             return self.tensor(dim=list(input.shape), stride=[s // item for s in input.strides],
@@ -476,6 +510,158 @@ class pygraph:
             y = self._hd.pointwise(y, self._in(bias, "bias"), mode=PointwiseMode.ADD, compute_data_type=cdt)
         return self._wrap(y), self._wrap(inv)
 
+    # -- ops: training norms and genstats (hipdnn_iree/cudnn/_composite.py composes them) -----------------
+    def _composer(self, compute_data_type):
+        return _composite.Composer(self._hd, self._cdt(compute_data_type))
+
+    def _dims_of(self, t, what: str):
+        """``t``'s dims; an op output's are inferred now (hd.Graph infers them at validate) when unset."""
+        if not isinstance(t, tensor):
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: expected a tensor of this graph, got {type(t).__name__}")
+        dims = t.get_dim()
+        if dims:
+            return list(dims)
+        hd, hdt = self._hd, t._hd()
+        # NOTE: validate assigns uids, types and dims to every tensor; only this tensor's dims are kept
+        saved = [(x, x._uid, x._dim, x._data_type) for x in hd._tensors]
+        try:
+            hd.validate()
+            dims = list(hdt._dim)
+        except HipdnnError as e:
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: its dims are not set and cannot be inferred yet: "
+                                                f"{e.message}") from None
+        finally:
+            for x, uid, d, dt in saved:
+                x._uid, x._dim, x._data_type = uid, d, dt
+            hd._reset_build()
+        hdt._dim = dims
+        return dims
+
+    def _named(self, t, name, suffix):
+        if t is not None and name:
+            t.set_name(f"{name}::{suffix}")
+        return self._wrap(t)
+
+    @_translate
+    def batchnorm(self, input, scale, bias, in_running_mean=None, in_running_var=None, epsilon=None, momentum=None,
+                  peer_stats=None, compute_data_type=None, name=""):
+        """Batchnorm training: ``[Y, mean, inv_variance, next_running_mean, next_running_var]``, the
+        statistics over every axis but the channel axis (``[1, C, 1, ...]``, FLOAT); the saved
+        inv_variance is ``1/sqrt(biased var + epsilon)``; the running statistics are
+        ``(1 - momentum) * old + momentum * batch`` (unbiased variance), None without running inputs."""
+        if peer_stats:
+            self._defer("batchnorm: peer_stats (statistics shared across GPUs) are not supported")
+        dims = self._dims_of(input, "batchnorm input")
+        if len(dims) < 2:
+            raise HipdnnError(Status.BAD_PARAM, f"batchnorm: input dims {dims} need a channel axis")
+        if epsilon is None:
+            raise HipdnnError(Status.BAD_PARAM, "batchnorm: epsilon is required")
+        if (in_running_mean is None) != (in_running_var is None):
+            raise HipdnnError(Status.BAD_PARAM, "batchnorm: give in_running_mean and in_running_var together")
+        stats = [1, dims[1]] + [1] * (len(dims) - 2)
+        c = self._composer(compute_data_type)
+        y, mean, inv, var = _composite.norm_forward(c, self._in(input), dims, stats, self._in(scale, "scale"),
+                                                    self._in(bias, "bias"), self._scalar(epsilon, "batchnorm epsilon"))
+        next_mean = next_var = None
+        if in_running_mean is not None:
+            if momentum is None:
+                raise HipdnnError(Status.BAD_PARAM, "batchnorm: momentum is required with running statistics")
+            m = self._scalar(momentum, "batchnorm momentum")
+            keep = (1.0 - m) if isinstance(m, float) else c.pw("SUB", 1.0, m)
+            count = _composite.reduced_count(dims, stats)
+            unbiased = c.pw("MUL", var, count / max(count - 1, 1))
+            next_mean = c.pw("ADD", c.pw("MUL", self._in(in_running_mean, "in_running_mean"), keep), c.pw("MUL", mean, m))
+            next_var = c.pw("ADD", c.pw("MUL", self._in(in_running_var, "in_running_var"), keep),
+                            c.pw("MUL", unbiased, m))
+        return (self._named(y, name, "Y"), self._named(mean, name, "MEAN"), self._named(inv, name, "INV_VARIANCE"),
+                self._named(next_mean, name, "NEXT_RUNNING_MEAN"), self._named(next_var, name, "NEXT_RUNNING_VAR"))
+
+    def _norm_backward(self, what, grad, input, scale, mean, inv_variance, stats_of, centered=True, want_dbias=True,
+                       epsilon=None, compute_data_type=None, name=""):
+        dims = self._dims_of(input, f"{what} input")
+        sdims = self._dims_of(scale, f"{what} scale")
+        _composite.check_stats_dims(what, dims, sdims, "scale")
+        c = self._composer(compute_data_type)
+        x = self._in(input)
+        if inv_variance is None:
+            if epsilon is None:
+                raise HipdnnError(Status.BAD_PARAM, f"{what}: give mean and inv_variance, or epsilon to compute them")
+            _, m, inv, _ = _composite.norm_forward(c, x, dims, stats_of, None, None, self._scalar(epsilon, f"{what} epsilon"),
+                                                   centered)
+        else:
+            stats = self._dims_of(inv_variance, f"{what} inv_variance")
+            _composite.check_stats_dims(what, dims, stats, "inv_variance")
+            stats_of = stats
+            inv = self._in(inv_variance, "inv_variance")
+            m = self._in(mean, "mean") if centered else None
+            if centered and m is None:
+                raise HipdnnError(Status.BAD_PARAM, f"{what}: mean is required with inv_variance")
+        dx, dscale, dbias = _composite.norm_backward(c, self._in(grad, "grad"), x, dims, stats_of,
+                                                     self._in(scale, "scale"), sdims, m, inv, centered, want_dbias)
+        return self._named(dx, name, "DX"), self._named(dscale, name, "DSCALE"), self._named(dbias, name, "DBIAS")
+
+    @_translate
+    def batchnorm_backward(self, grad, input, scale, mean=None, inv_variance=None, epsilon=None, peer_stats=None,
+                           compute_data_type=None, name=""):
+        """``[DX, dscale, dbias]`` of batchnorm training (saved mean and inv_variance, or epsilon to
+        recompute them from the input)."""
+        if peer_stats:
+            self._defer("batchnorm_backward: peer_stats (statistics shared across GPUs) are not supported")
+        dims = self._dims_of(input, "batchnorm_backward input")
+        stats = [1, dims[1]] + [1] * (len(dims) - 2) if len(dims) >= 2 else None
+        return self._norm_backward("batchnorm_backward", grad, input, scale, mean, inv_variance, stats,
+                                   epsilon=epsilon, compute_data_type=compute_data_type, name=name)
+
+    @_translate
+    def layernorm_backward(self, grad, input, scale, mean, inv_variance, compute_data_type=None, name=""):
+        """``[DX, dscale, dbias]`` of layernorm (statistics over the axes where ``mean`` has 1)."""
+        return self._norm_backward("layernorm_backward", grad, input, scale, mean, inv_variance, None,
+                                   compute_data_type=compute_data_type, name=name)
+
+    @_translate
+    def rmsnorm_backward(self, grad, input, scale, inv_variance, has_dbias=False, compute_data_type=None, name=""):
+        """``[DX, dscale, dbias or None]`` of rmsnorm (statistics over the axes where ``inv_variance`` has 1)."""
+        return self._norm_backward("rmsnorm_backward", grad, input, scale, None, inv_variance, None, centered=False,
+                                   want_dbias=bool(has_dbias), compute_data_type=compute_data_type, name=name)
+
+    @_translate
+    def instancenorm(self, norm_forward_phase, input, scale, bias, epsilon, compute_data_type=None, name=""):
+        """``[Y, mean, inv_variance]``: statistics per sample and channel over the spatial axes
+        (``[N, C, 1, ...]``, FLOAT); mean and inv_variance are None in INFERENCE."""
+        phase = E.to_hd(E.HD_PHASE, norm_forward_phase, "instancenorm norm_forward_phase")
+        dims = self._dims_of(input, "instancenorm input")
+        if len(dims) < 3:
+            raise HipdnnError(Status.BAD_PARAM, f"instancenorm: input dims {dims} need spatial axes")
+        if epsilon is None:
+            raise HipdnnError(Status.BAD_PARAM, "instancenorm: epsilon is required")
+        stats = dims[:2] + [1] * (len(dims) - 2)
+        y, mean, inv, _ = _composite.norm_forward(self._composer(compute_data_type), self._in(input), dims, stats,
+                                                  self._in(scale, "scale"), self._in(bias, "bias"),
+                                                  self._scalar(epsilon, "instancenorm epsilon"))
+        if phase != E.HD_PHASE.TRAINING:
+            return self._named(y, name, "Y"), None, None
+        return self._named(y, name, "Y"), self._named(mean, name, "MEAN"), self._named(inv, name, "INV_VARIANCE")
+
+    @_translate
+    def instancenorm_backward(self, grad, input, scale, mean=None, inv_variance=None, epsilon=None,
+                              compute_data_type=None, name=""):
+        """``[DX, dscale, dbias]`` of instancenorm (saved mean and inv_variance, or epsilon to recompute them)."""
+        dims = self._dims_of(input, "instancenorm_backward input")
+        stats = dims[:2] + [1] * (len(dims) - 2)
+        return self._norm_backward("instancenorm_backward", grad, input, scale, mean, inv_variance, stats,
+                                   epsilon=epsilon, compute_data_type=compute_data_type, name=name)
+
+    @_translate
+    def genstats(self, input, compute_data_type=None, name=""):
+        """``[sum, sq_sum]``: per-channel sum and sum of squares over every other axis (``[1, C, 1, ...]``)."""
+        dims = self._dims_of(input, "genstats input")
+        if len(dims) < 2:
+            raise HipdnnError(Status.BAD_PARAM, f"genstats: input dims {dims} need a channel axis")
+        stats = [1, dims[1]] + [1] * (len(dims) - 2)
+        c = self._composer(compute_data_type)
+        x = self._in(input)
+        return self._named(c.sum(x, stats), name, "SUM"), self._named(c.sum(c.pw("MUL", x, x), stats), name, "SQ_SUM")
+
     # -- ops: attention ---------------------------------------------------------------------------
     @_translate
     def sdpa(self, q, k, v, attn_scale=None, bias=None, is_inference=None, generate_stats=None,
@@ -578,6 +764,8 @@ class pygraph:
         if self._hd._op_graph is None:
             self.build_operation_graph()
         self._hd.create_execution_plans(hd_modes)
+        if self._deselected:
+            self._hd._plans = [p for p in self._hd._plans if p.config.engine_id not in self._deselected]
         return self
 
     @_translate
@@ -625,17 +813,143 @@ class pygraph:
     def get_workspace_size_plan_at_index(self, index):
         return 0
 
+    # -- engines, knobs and plans as cuDNN FE numbers them --------------------------------------
+    def _engines(self, what: str) -> list:
+        """The engines that take this graph, in rank order: cuDNN's engine index i is the i-th."""
+        if self._hd._op_graph is None:
+            self.build_operation_graph()
+        rm = self._hd._handle.resource_manager
+        found = rm.applicable_engines(self._hd._op_graph, self._hd._preferred)
+        return [e for e in found if e not in self._deselected]
+
+    def _engine(self, engine, what: str) -> int:
+        """An engine index (cuDNN's numbering: 0 .. get_engine_count() - 1), an engine id or a name."""
+        if isinstance(engine, str):
+            return self._hd._handle.resource_manager.engine_id_of(engine)
+        if isinstance(engine, bool) or not isinstance(engine, int):
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: expected an engine index, id or name, got {engine!r}")
+        engines = self._engines(what)
+        if 0 <= engine < len(engines):
+            return engines[engine]
+        if engine in engines:
+            return engine
+        raise HipdnnError(Status.BAD_PARAM, f"{what}: engine {engine} is out of range: graph '{self._hd.name}' has "
+                                            f"{len(engines)} engine(s) (get_engine_count())")
+
+    def _kernel_configs(self, eid: int) -> list:
+        """The engine's configurations, KERNEL_CFG's values: its HeurMode.A choice, then HeurMode.B's."""
+        rm = self._hd._handle.resource_manager
+        out = []
+        for mode in (E.HD_HEUR.A, E.HD_HEUR.B):
+            for cfg in rm.engine_configs(eid, self._hd._op_graph, mode):
+                if all(cfg.knobs != c.knobs for c in out):
+                    out.append(cfg)
+        return out
+
+    @_translate
+    def get_engine_count(self) -> int:
+        """How many engines take this graph (engine indices for get_knobs_for_engine / create_execution_plan)."""
+        return len(self._engines("get_engine_count"))
+
+    @_translate
+    def get_knobs_for_engine(self, engine):
+        """The engine's knobs as cuDNN FE lists them (``.type``, ``.min_value``, ``.max_value``,
+        ``.stride``): ``KERNEL_CFG`` indexes the engine's configurations; each engine knob's values
+        index its ``choices``."""
+        eid = self._engine(engine, "get_knobs_for_engine")
+        rm = self._hd._handle.resource_manager
+        n = len(self._kernel_configs(eid))
+        out = [knob(E.knob_type.KERNEL_CFG, tuple(range(n)), 0)] if n > 1 else []
+        for k in rm.knobs(eid):
+            if k.name in E.knob_type.__members__:
+                out.append(knob(E.knob_type[k.name], tuple(k.choices), k.default))
+        return out
+
     @_translate
     def create_execution_plan(self, engine_id, knobs=None):
+        """Appends one plan: ``engine_id`` (an engine index, id or name; None: IREE_LINALG) with ``knobs``
+        (``{knob_type: value}``: a KERNEL_CFG index, or an engine knob's choice or choice index)."""
+        eid = self._engine(engine_id if engine_id is not None else "IREE_LINALG", "create_execution_plan")
         values = {}
         for k, v in (knobs or {}).items():
             name = k.name if isinstance(k, E.knob_type) else str(k)
+            if name == "KERNEL_CFG":
+                cfgs = self._kernel_configs(eid)
+                if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < len(cfgs):
+                    raise HipdnnError(Status.BAD_PARAM, f"create_execution_plan: KERNEL_CFG {v!r} is out of range: "
+                                                        f"the engine has {len(cfgs)} configuration(s)")
+                values.update(cfgs[v].knobs)
+                continue
             if name not in E.ENGINE_KNOBS:
                 _unsupported(f"knob {k}: cuDNN kernel knobs have no meaning for IREE-compiled code; this engine's "
-                             f"knobs are {', '.join(E.ENGINE_KNOBS)}")
+                             f"knobs are {', '.join(E.ENGINE_KNOBS)} and KERNEL_CFG")
             values[name] = v
-        self._hd.create_execution_plan(engine_id if engine_id is not None else "IREE_LINALG", values)
+        rm = self._hd._handle.resource_manager
+        choices = {k.name: k.choices for k in rm.knobs(eid)}
+        for name, v in list(values.items()):
+            if isinstance(v, int) and not isinstance(v, bool) and v not in choices.get(name, ()) \
+                    and 0 <= v < len(choices.get(name, ())):
+                values[name] = choices[name][v]      # a choice index, as cuDNN's knob values are numbers
+        self._hd.create_execution_plan(eid, values)
         return self
+
+    @_translate
+    def deselect_engines(self, engines):
+        """Engines (names, or ids) left out of the plans ``create_execution_plans`` makes; cuDNN
+        names engines ``"eng<N>"``, which name none here and are ignored."""
+        rm = None
+        for e in engines or []:
+            if isinstance(e, str) and e.startswith("eng") and e[3:].isdigit():
+                continue
+            if rm is None:
+                rm = self._hd_handle().resource_manager
+            self._deselected.add(rm.engine_id_of(e))
+        return self
+
+    def _notes(self, eid: int) -> list:
+        rm = self._hd._handle.resource_manager
+        plugin = rm.plugin_for(eid)
+        # NOTE: an engine that compiles at build time (IREE) is cuDNN's RUNTIME_COMPILATION
+        return [E.behavior_note.RUNTIME_COMPILATION] if hasattr(plugin, "cache") else []
+
+    @_translate
+    def get_behavior_notes_for_plan_at_index(self, index):
+        return self._notes(self._hd.get_engine_config_at_index(index).engine_id)
+
+    @_translate
+    def get_behavior_notes(self):
+        """The behavior notes of the selected plan."""
+        return self._notes(self._hd.get_engine_config_at_index(self._hd.get_selected_plan_index()).engine_id)
+
+    @_translate
+    def get_plan_name_at_index(self, index) -> str:
+        cfg = self._hd.get_engine_config_at_index(index)
+        knobs = [f"{k}={v}" for k, v in cfg.knobs.items() if v != "AUTO"]
+        return "_".join([cfg.engine_name] + knobs)
+
+    @_translate
+    def get_engine_and_knobs_at_index(self, index):
+        cfg = self._hd.get_engine_config_at_index(index)
+        return cfg.engine_id, {E.knob_type[k]: v for k, v in cfg.knobs.items() if k in E.knob_type.__members__}
+
+    @_translate
+    def query_tensor_attributes_of_uid(self, uid):
+        """The graph tensor with ``uid``."""
+        for t in self._by_hd.values():
+            if t.get_uid() == uid:
+                return t
+        raise HipdnnError(Status.BAD_PARAM, f"query_tensor_attributes_of_uid: graph '{self._hd.name}' has no tensor "
+                                            f"with uid {uid}")
+
+    @_translate
+    def key(self) -> int:
+        """A 64-bit key of the graph's content (ops, tensors, types, shapes, layouts), as cuDNN's
+        graph key: two graphs with the same key build the same plans."""
+        import hashlib
+        if not self._hd._validated:
+            self.validate()
+        data = self._hd.to_hipdnn_graph()
+        return int.from_bytes(hashlib.sha256(data).digest()[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
 
     def deselect_numeric_notes(self, notes):
         return self
@@ -709,12 +1023,33 @@ class pygraph:
                 continue
             if t._t is None:
                 raise HipdnnError(Status.BAD_PARAM, f"tensor '{t.get_name()}' is not part of the graph")
+            buf = _as_buffer(t._t, buf, hd_handle)
             pack[t._t.get_uid()] = _by_address(t._t, buf) if by_address else buf
             raw[t] = buf
         for alias, src in self._aliases:
             if src in raw:
                 pack[alias.get_uid()] = _by_address(alias, raw[src])
+        self._copy_back = self._in_place_outputs(pack, raw)
         return values, pack
+
+    def _in_place_outputs(self, pack: dict, raw: dict) -> list:
+        """cuDNN updates buffers in place (batchnorm's running statistics: the output bound to the
+        input's buffer): an output whose buffer shares memory with an input's is written to a buffer
+        of its own, copied into the caller's after the run. Returns ``[(own, caller's), ...]``."""
+        ins = [pack[t._t.get_uid()] for t in raw if id(t._t) in self._inputs]
+        if not ins:
+            return []
+        out = []
+        for t in raw:
+            if id(t._t) in self._inputs:
+                continue
+            uid = t._t.get_uid()
+            buf = pack[uid]
+            if any(_shares_memory(buf, i) for i in ins):
+                own = buf.clone() if hasattr(buf, "clone") else np.array(buf, copy=True)
+                pack[uid] = own
+                out.append((own, buf))
+        return out
 
     def _restored_buffer(self, uid, buf, hd_handle):
         """A restored plan knows no pass-by-value tensors: a one-element host tensor (or a number)
@@ -783,11 +1118,12 @@ class pygraph:
         last = self._last_pack
         if key is not None and last is not None and last[0] == key:
             values, pack = {}, last[1]
+            self._copy_back = []
         else:
             values, pack = self._pack(variant_pack, h.hd, by_address=not (self._override or self._restored_override()))
             own = {id(v) for v in variant_pack.values()}
             self._last_pack = (key, pack, variant_pack.copy()) if key is not None and not values and \
-                all(id(v) in own for v in pack.values()) else None
+                not self._copy_back and all(id(v) in own for v in pack.values()) else None
         if not self._restored:
             self._ensure_plans(values)
         if h.stream is not None:
@@ -798,6 +1134,11 @@ class pygraph:
             self._hd.execute(h.hd, pack)
         else:
             self._hd.execute_plan_at_index(h.hd, pack, None, index)
+        for own, theirs in self._copy_back:
+            if hasattr(theirs, "copy_"):
+                theirs.copy_(own)
+            else:
+                np.copyto(theirs, own)
 
     # -- serialization -----------------------------------------------------------------------------------
     @_translate
@@ -855,6 +1196,77 @@ def _same_order(hdt: TensorAttributes, dims, strides, have):
                                             f"{strides}: its elements would be read or written in another order. "
                                             f"Bind a buffer laid out with strides {strides} (or set the tensor's "
                                             f"strides to the buffer's before building)")
+
+
+class _DevicePointer:
+    """A raw CUDA device pointer seen with a tensor's dims, strides and type (CUDA array interface)."""
+
+    def __init__(self, ptr: int, dims, strides, typestr: str, itemsize: int):
+        self.__cuda_array_interface__ = {"shape": tuple(dims), "strides": tuple(s * itemsize for s in strides),
+                                         "typestr": typestr, "data": (int(ptr), False), "version": 3}
+
+
+def _span(dims, strides) -> int:
+    return 1 + sum((d - 1) * s for d, s in zip(dims, strides))
+
+
+def _as_buffer(hdt: TensorAttributes, buf, hd_handle):
+    """What cuDNN binds, as a buffer: a raw pointer (an int: device memory on a GPU handle, host
+    memory on the CPU) becomes a view with the tensor's dims, strides and type; a torch/numpy
+    buffer of another type of the same size is read as the tensor's type (cuDNN binds addresses,
+    not types), with a warning."""
+    from hipdnn_iree.plugin_sdk.buffers import numpy_dtype
+    dims, strides = hdt._dim, hdt._stride
+    want = numpy_dtype(int(hdt.get_data_type()))
+    if isinstance(buf, numbers.Integral) and not isinstance(buf, bool):
+        if not buf or dims is None or strides is None:
+            raise HipdnnError(Status.BAD_PARAM, f"tensor '{hdt.get_name()}' (uid {hdt.get_uid()}): pointer {buf!r} "
+                                                "cannot be bound (null, or the tensor's dims/strides are unset)")
+        if hd_handle.device in (None, "local-task", "local-sync"):
+            import ctypes
+            n = _span(dims, strides)
+            mem = (ctypes.c_char * (n * want.itemsize)).from_address(int(buf))
+            flat = np.frombuffer(mem, dtype=want, count=n)
+            return np.lib.stride_tricks.as_strided(flat, shape=dims, strides=[s * want.itemsize for s in strides])
+        import torch
+        raw_type = "<u2" if want.name == "bfloat16" else want.str
+        t = torch.as_tensor(_DevicePointer(buf, dims, strides, raw_type, want.itemsize), device="cuda")
+        return t.view(torch.bfloat16) if want.name == "bfloat16" else t
+    have = getattr(buf, "dtype", None)
+    if have is None:
+        return buf
+    if hasattr(buf, "element_size") and callable(buf.element_size):      # torch
+        name = str(have).rsplit(".", 1)[-1]
+        if name != want.name and buf.element_size() == want.itemsize:
+            import torch
+            target = getattr(torch, want.name, None)
+            if target is not None:
+                _warn_reinterpret(hdt, name, want.name)
+                return buf.view(target)
+        return buf
+    if isinstance(buf, np.ndarray) and buf.dtype != want and buf.dtype.itemsize == want.itemsize:
+        _warn_reinterpret(hdt, buf.dtype.name, want.name)
+        return buf.view(want)
+    return buf
+
+
+def _warn_reinterpret(hdt, have: str, want: str) -> None:
+    import warnings
+    warnings.warn(f"tensor '{hdt.get_name()}' (uid {hdt.get_uid()}) is {want.upper()}, its buffer {have}: the "
+                  f"buffer's bytes are read as {want} (cuDNN binds addresses, not types)", RuntimeWarning, stacklevel=5)
+
+
+def _shares_memory(a, b) -> bool:
+    if hasattr(a, "data_ptr") and hasattr(b, "data_ptr"):
+        if a.device != b.device:
+            return False
+        lo_a, lo_b = a.data_ptr(), b.data_ptr()
+        hi_a = lo_a + _span(a.shape, a.stride()) * a.element_size() if a.numel() else lo_a
+        hi_b = lo_b + _span(b.shape, b.stride()) * b.element_size() if b.numel() else lo_b
+        return lo_a < hi_b and lo_b < hi_a
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return bool(np.may_share_memory(a, b))
+    return False
 
 
 def _by_address(hdt: TensorAttributes, buf):
@@ -918,6 +1330,46 @@ def jit(heur_modes=E.heur_mode.A, **kwargs):
     return decorator
 
 
+def graph_cache(key_fn=None, maxsize=None):
+    """Decorator: a function that makes a graph (``(graph, tensors)``) runs once per key; later calls
+    with the same key return what the first made. ``key_fn(*args, **kwargs)`` gives the key; without
+    it the key is the arguments, tensors by dims, strides and type. ``maxsize`` bounds the entries
+    kept (least recently used dropped); ``wrapper.cache_clear()`` empties it."""
+    from collections import OrderedDict
+
+    def default_key(*args, **kwargs):
+        def one(a):
+            if hasattr(a, "shape") and hasattr(a, "dtype"):
+                strides = tuple(a.stride()) if callable(getattr(a, "stride", None)) else tuple(getattr(a, "strides", ()))
+                return ("tensor", tuple(a.shape), strides, str(a.dtype), str(getattr(a, "device", "")))
+            if isinstance(a, Handle):
+                return ("handle", id(a))
+            try:
+                hash(a)
+                return a
+            except TypeError:
+                return repr(a)
+        return tuple(one(a) for a in args) + tuple((k, one(v)) for k, v in sorted(kwargs.items()))
+
+    def decorator(func):
+        entries = OrderedDict()
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            key = (key_fn or default_key)(*args, **kwargs)
+            if key in entries:
+                entries.move_to_end(key)
+                return entries[key]
+            out = entries[key] = func(*args, **kwargs)
+            if maxsize is not None and len(entries) > maxsize:
+                entries.popitem(last=False)
+            return out
+        wrapper.cache_clear = entries.clear
+        wrapper.cache_size = lambda: len(entries)
+        return wrapper
+    return decorator
+
+
 def _add_simple_ops():
     def unary(mode):
         def op(self, input, compute_data_type=None, name=""):
@@ -963,19 +1415,12 @@ def _add_simple_ops():
 # cuDNN code gets the error it already catches for graphs no engine supports. They are listed one
 # by one (no __getattr__): a misspelt method name stays an AttributeError.
 NOT_SUPPORTED_METHODS = {   # method -> (what it does, what works instead or None): the message's two parts
-    "batchnorm": ("batchnorm training (batch statistics and the running-stat update)", "batchnorm_inference is"),
-    "batchnorm_backward": ("the batchnorm backward pass", None),
-    "layernorm_backward": ("the layernorm backward pass", None),
-    "rmsnorm_backward": ("the rmsnorm backward pass", None),
-    "instancenorm": ("instance normalization", None),
-    "instancenorm_backward": ("the instancenorm backward pass", None),
     "adalayernorm": ("adaptive layernorm", None),
     "adalayernorm_backward": ("the adaptive layernorm backward pass", None),
     "sdpa_backward": ("the SDPA backward pass", None),
     "scaled_dot_product_flash_attention_backward": ("the SDPA backward pass", None),
     "sdpa_fp8": ("FP8 SDPA (FP8 data types)", None),
     "sdpa_fp8_backward": ("the FP8 SDPA backward pass", None),
-    "genstats": ("genstats (per-channel sum and sum of squares)", None),
     "slice": ("the slice op", None),
     "reshape": ("the reshape op", None),
     "transpose": ("transpose as an op", "describe a transposed input with strides instead"),

@@ -101,19 +101,75 @@ def sync_stream(stream) -> None:
                                         "CuPy stream object, or a raw pointer with torch's CUDA available")
 
 
-# NOTE: cuDNN code gates features on backend_version() (``< 8905``: no layernorm, ...); the number
-# is the cuDNN release whose Python surface this facade follows (9.10.0), not a cuDNN that is loaded.
-FOLLOWS_CUDNN = 91000
+# NOTE: cuDNN code gates features on backend_version() (``< 8905``: no layernorm, ``< "9.11"``: no
+# deviceless compilation, ...); the number is the cuDNN API level this facade implements (9.11.0),
+# not a cuDNN that is loaded. engine_version_string() names this engine.
+FOLLOWS_CUDNN = 91100
+FOLLOWS_CUDNN_TEXT = "9.11.0"
+# The cuDNN frontend release whose Python surface (cudnn.pygraph's methods) the facade follows.
+FRONTEND_API = "1.32.0"
 
 
 def backend_version() -> int:
-    """The cuDNN version number whose API this facade follows (91000 = 9.10.0): cuDNN code gates
-    features on it. ``backend_version_string()`` names this engine."""
+    """The cuDNN API level this facade implements, as cuDNN numbers it (91100 = 9.11.0): cuDNN code
+    gates features on it. ``engine_version_string()`` names the engine behind it."""
     return FOLLOWS_CUDNN
 
 
 def backend_version_string() -> str:
-    return f"hipdnn-iree {__version__} (cuDNN frontend API as of 9.10.0)"
+    """``"9.11.0"``: compares as cuDNN's version string does (``LooseVersion(...) < "9.5.0"``)."""
+    return FOLLOWS_CUDNN_TEXT
+
+
+def engine_version_string() -> str:
+    """This project's identity: ``"hipdnn-iree 0.2.0 (cuDNN API 9.11.0, cuDNN frontend API 1.32.0)"``."""
+    return f"hipdnn-iree {__version__} (cuDNN API {FOLLOWS_CUDNN_TEXT}, cuDNN frontend API {FRONTEND_API})"
+
+
+class DeviceProperties:
+    """What ``cudnn.create_device_properties`` returns: the device a graph is compiled for without
+    a handle (deviceless ahead-of-time compilation), as this engine needs it: IREE's driver and
+    compile target, plus the numbers cuDNN's object carries. ``serialize()`` gives JSON that
+    ``create_device_properties(json)`` reads back."""
+
+    FIELDS = ("device", "target", "device_name", "sm_version", "sm_count")
+
+    def __init__(self, device, target, device_name="", sm_version=0, sm_count=0):
+        self.device, self.target = device, target
+        self.device_name, self.sm_version, self.sm_count = device_name, int(sm_version), int(sm_count)
+
+    def serialize(self) -> str:
+        import json
+        return json.dumps({k: getattr(self, k) for k in self.FIELDS}, sort_keys=True)
+
+    def __repr__(self) -> str:
+        return f"cudnn.DeviceProperties({self.serialize()})"
+
+
+def create_device_properties(device_or_json=0) -> DeviceProperties:
+    """Device properties of GPU ``device_or_json`` (an index) as IREE sees it, or read back from the
+    JSON of ``DeviceProperties.serialize()``. Without a GPU, index 0 is the CPU."""
+    import json
+    if isinstance(device_or_json, (str, bytes)):
+        try:
+            d = json.loads(device_or_json)
+            return DeviceProperties(**{k: d[k] for k in DeviceProperties.FIELDS})
+        except (ValueError, KeyError, TypeError) as e:
+            raise HipdnnError(Status.BAD_PARAM, f"create_device_properties: not the JSON of "
+                                                f"DeviceProperties.serialize(): {e}") from None
+    if isinstance(device_or_json, bool) or not isinstance(device_or_json, int) or device_or_json < 0:
+        raise HipdnnError(Status.BAD_PARAM, f"create_device_properties: expected a device index or JSON, got "
+                                            f"{device_or_json!r}")
+    from hipdnn_iree.backend.handle import create_handle as _hd_create
+    dev = _gpu_device()
+    h = _hd_create(device=f"{dev}://{device_or_json}" if dev and device_or_json else dev or "local-task")
+    name, sm, count = "", 0, 0
+    import sys
+    torch = sys.modules.get("torch")
+    if dev == "cuda" and torch is not None and torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(device_or_json)
+        name, sm, count = p.name, p.major * 10 + p.minor, p.multi_processor_count
+    return DeviceProperties(h.device, h.target, name, sm, count)
 
 
 def create_kernel_cache():
