@@ -84,10 +84,11 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
     for i, t in enumerate(bound):
         what = f"tensor '{t.name}' (uid {t.uid})"
         elem = element_type(t.data_type, what)
-        lay = physical_layout(t.dims, t.strides, what)
+        role = "output" if t.uid in produced else "input"
+        # NOTE: an input (only read) may alias (a gather layout); an output may not
+        lay = physical_layout(t.dims, t.strides, what, output=role == "output")
         if dyn is not None:
             lay = _dyn_layout(lay, dyn[t.uid])
-        role = "output" if t.uid in produced else "input"
         if role == "output" and lay.bcast_axes:
             raise LoweringError(f"{what}: an output cannot have stride 0 on axes {list(lay.bcast_axes)}")
         arg = f"%arg{i}"

@@ -8,11 +8,20 @@ array (``phys_shape``). Axes of size > 1 with stride 0 are broadcast axes
 A strided (non-dense) tensor -- a view into a larger buffer, such as Q of a
 packed ``[B, S, 3, H, D]`` QKV buffer or a slot of a bigger output -- is bound
 as the 1-D run of ``span`` elements from its first to its last element
-(``phys_shape == (span,)``). Its axes, ordered by decreasing stride, must not
-alias (each stride at least the extent of the axes inside it) and each stride
-must be a multiple of the next smaller one; then the tensor is a strided slice
-of the dense ``host`` shape (memory order), which is how the lowering reads and
+(``phys_shape == (span,)``). When its axes, ordered by decreasing stride, do
+not alias (each stride at least the extent of the axes inside it) and each
+stride is a multiple of the next smaller one, the tensor is a strided slice of
+the dense ``host`` shape (memory order), which is how the lowering reads and
 writes it.
+
+Other strided layouts -- strides that overlap (several logical elements at one
+address, e.g. a sliding window or cuDNN FE's ``as_strided(B, (B, K, N),
+(N*K, 1, N))``) or that are not multiples of each other -- are legal for a
+tensor that is only read (an input): such a layout has ``gather`` set, is
+bound as the same 1-D run of ``span`` elements, and the lowering reads it with
+a gather at the computed linear index (``lowering/strided.py``). A tensor that
+is written (``physical_layout(..., output=True)``) may not have one: its
+elements would alias.
 
 Example:
     >>> physical_layout((1, 128, 256), (32768, 1, 128)).phys_shape
@@ -35,14 +44,17 @@ class Layout:
     # innermost stride, of which the tensor's kept axes are the leading slice; None when dense
     host: tuple[int, ...] | None = None
     span: int = 0                 # strided layouts: elements from the first to the last one
+    # inputs only: strides that overlap or are not multiples of each other (no ``host`` shape);
+    # read element by element from the run at sum(index * stride)
+    gather: bool = False
 
     @property
     def is_dense(self) -> bool:
-        return self.host is None
+        return self.host is None and not self.gather
 
     @property
     def phys_shape(self) -> tuple[int, ...]:
-        if self.host is not None:
+        if not self.is_dense:
             return (self.span,)
         return tuple(self.dims[a] for a in self.order)
 
@@ -68,8 +80,10 @@ def packed_strides(dims) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def physical_layout(dims, strides, what: str = "tensor") -> Layout:
-    """Derives the dense memory order of a tensor; raises LoweringError if not dense."""
+def physical_layout(dims, strides, what: str = "tensor", output: bool = False) -> Layout:
+    """Derives the memory order of a tensor: dense, strided (a slice of a dense ``host``) or, for
+    a tensor that is only read, a ``gather`` layout (strides that alias or are not multiples).
+    ``output``: the tensor is written; an aliasing or gather layout raises LoweringError."""
     dims, strides = tuple(int(d) for d in dims), tuple(int(s) for s in strides)
     if len(dims) != len(strides):
         raise LoweringError(f"{what}: {len(dims)} dims but {len(strides)} strides")
@@ -101,29 +115,41 @@ def physical_layout(dims, strides, what: str = "tensor") -> Layout:
         expected *= dims[a]
     if dense:
         return Layout(dims, strides, order, bcast)
-    return _strided(dims, strides, order, bcast, [a for a in order if dims[a] > 1], what)
+    return _strided(dims, strides, order, bcast, [a for a in order if dims[a] > 1], what, output)
 
 
-def _strided(dims, strides, order, bcast, nonunit, what) -> Layout:
-    """A non-dense layout: checks it does not alias and derives its dense host shape."""
+def _gather(dims, strides, order, bcast) -> Layout:
+    span = 1 + sum((d - 1) * s for d, s in zip(dims, strides))
+    return Layout(tuple(dims), tuple(strides), order, bcast, span=span, gather=True)
+
+
+def _strided(dims, strides, order, bcast, nonunit, what, output=False) -> Layout:
+    """A non-dense layout: derives its dense host shape, or (inputs) a gather layout when it has
+    none; an output whose elements alias, or that has no host shape, raises LoweringError."""
     # innermost first: each stride must cover the axes inside it, and be a multiple of the next one
     inner_extent, host_rev = 1, []
     for i in range(len(nonunit) - 1, -1, -1):
         a = nonunit[i]
         s = strides[a]
         if s < inner_extent:
+            if not output:
+                return _gather(dims, strides, order, bcast)
             raise LoweringError(
-                f"{what}: strides {list(strides)} for dims {list(dims)} overlap (axis {a} has stride {s}, "
-                f"but the axes inside it span {inner_extent} elements): a tensor's elements may not alias")
+                f"output {what}: strides {list(strides)} for dims {list(dims)} overlap (axis {a} has stride {s}, "
+                f"but the axes inside it span {inner_extent} elements): an output's elements may not alias "
+                "(several at one address) or interleave this way; only inputs, which are only read, may")
         if i == len(nonunit) - 1:
             host_rev.append(s)                       # the trailing axis: the innermost stride
         else:
             inner = strides[nonunit[i + 1]]
             if s % inner:
+                if not output:
+                    return _gather(dims, strides, order, bcast)
                 raise LoweringError(
-                    f"{what}: strides {list(strides)} for dims {list(dims)}: axis {a}'s stride {s} is not a "
+                    f"output {what}: strides {list(strides)} for dims {list(dims)}: axis {a}'s stride {s} is not a "
                     f"multiple of the next smaller stride {inner}; such views are not supported (make each "
-                    "stride a multiple of the one inside it, as views into a larger dense buffer are)")
+                    "stride a multiple of the one inside it, as views into a larger dense buffer are; inputs may "
+                    "have such strides)")
             host_rev.append(s // inner)
         inner_extent = (dims[a] - 1) * s + inner_extent
     span = inner_extent

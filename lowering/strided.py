@@ -8,6 +8,11 @@ elements are a leading slice of the dense ``layout.host`` shape (see ``lowering/
 - write: the same slice inserted into the caller's run, so every element of the run that is not
   the tensor's keeps its value (an output slot in a bigger buffer: the rest stays as it was).
 
+A ``gather`` layout (an input whose strides overlap, or are not multiples of each other: it has no
+host shape) is read by a ``linalg.generic`` over ``lay.slice_shape`` whose body computes the linear
+index ``sum(i_a * stride_a)`` and reads that element of the run with ``tensor.extract``. Such layouts are
+never written (``physical_layout(..., output=True)`` refuses them).
+
 Example:
     >>> from lowering.layout import physical_layout
     >>> lay = physical_layout((2, 3, 5, 4), (180, 4, 36, 1))    # Q of a packed [2, 5, 3, 3, 4] QKV
@@ -17,6 +22,7 @@ Example:
 from __future__ import annotations
 
 from lowering._emit import Emitter, Value, tensor_type
+from lowering.graph_ir import LoweringError
 from lowering.layout import Layout
 
 
@@ -42,8 +48,36 @@ def _slice_sizes(lay: Layout) -> tuple[int, ...]:
     return tuple(lay.dims[a] for a in lay.order if lay.dims[a] > 1) + (1,)
 
 
+def _gather(em: Emitter, run: Value, lay: Layout) -> Value:
+    """``lay.slice_shape`` read element by element from the run at ``sum(index * stride)``."""
+    shape = lay.slice_shape
+    strides = [lay.strides[a] for a in lay.order]
+
+    def body(args):
+        terms = []
+        for j, (d, s) in enumerate(zip(shape, strides)):
+            if d == 1 or s == 0:
+                continue
+            i = em.op(f"linalg.index {j} : index", "i")
+            if s != 1:
+                c = em.op(f"arith.constant {int(s)} : index", "c")
+                i = em.op(f"arith.muli {i}, {c} : index", "m")
+            terms.append(i)
+        if not terms:
+            terms.append(em.op("arith.constant 0 : index", "c"))
+        lin = terms[0]
+        for t in terms[1:]:
+            lin = em.op(f"arith.addi {lin}, {t} : index", "l")
+        return em.op(f"tensor.extract {run.ssa}[{lin}] : {run.type}", "x")
+
+    ident = ", ".join(f"d{i}" for i in range(len(shape)))
+    return em.generic([], shape, run.elem, ["parallel"] * len(shape), f"affine_map<({ident}) -> ({ident})>", body)
+
+
 def read(em: Emitter, run: Value, lay: Layout) -> Value:
     """The tensor's kept axes in memory order (``lay.slice_shape``) from its 1-D run."""
+    if lay.gather:
+        return _gather(em, run, lay)
     host = _host(em, run, lay)
     sizes = _slice_sizes(lay)
     zeros, ones = _ints([0] * len(sizes)), _ints([1] * len(sizes))
@@ -55,6 +89,9 @@ def read(em: Emitter, run: Value, lay: Layout) -> Value:
 
 def write(em: Emitter, run: Value, value: Value, lay: Layout) -> Value:
     """The caller's 1-D run with ``value`` (``lay.slice_shape``) written into the tensor's elements."""
+    if lay.gather:
+        raise LoweringError(f"a tensor with dims {list(lay.dims)} and strides {list(lay.strides)} is written, but "
+                            "its elements alias (or its strides are not multiples): outputs may not alias")
     sizes = _slice_sizes(lay)
     v = em.reshape(em.reshape(value, sizes[:-1]), sizes)
     host = _host(em, run, lay)

@@ -84,7 +84,9 @@ class BoundTensor:
     # instance __dict__ directly, which a frozen dataclass allows).
     @functools.cached_property
     def layout(self) -> Layout:
-        return physical_layout(self.dims, self.strides, f"tensor '{self.name}' (uid {self.uid})")
+        # NOTE: an input's elements may alias (a gather layout: bound as its run); an output's may not
+        return physical_layout(self.dims, self.strides, f"tensor '{self.name}' (uid {self.uid})",
+                               output=self.role == "output")
 
     @functools.cached_property
     def dtype(self) -> np.dtype:

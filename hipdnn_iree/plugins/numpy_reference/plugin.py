@@ -136,6 +136,12 @@ class NumpyReferencePlugin:
         except LoweringError as e:
             raise HipdnnError(Status.BAD_PARAM, str(e)) from None
         ctx = ReferenceContext(g, bound_tensors(g))
+        for t in ctx.tensors:
+            if t.role == "output":     # NOTE: inputs may alias (read through their strides); outputs may not
+                try:
+                    t.layout
+                except LoweringError as e:
+                    raise HipdnnError(Status.BAD_PARAM, f"NUMPY_REFERENCE: {e}") from None
         if dynamic:
             from lowering.dynamic import ShapeSpec
             try:
