@@ -72,7 +72,7 @@ def norm_forward(c: Composer, x, dims, stats_dims, scale, bias, eps, centered=Tr
         y = c.pw("MUL", y, scale)
     if bias is not None:
         y = c.pw("ADD", y, bias)
-    return y, mean, inv, var
+    return y.set_dim(list(dims)), mean, inv.set_dim(list(stats_dims)), var
 
 
 def norm_backward(c: Composer, dy, x, dims, stats_dims, scale, scale_dims, mean, inv, centered=True,
@@ -80,9 +80,13 @@ def norm_backward(c: Composer, dy, x, dims, stats_dims, scale, scale_dims, mean,
     """``(dx, dscale, dbias or None)`` of :func:`norm_forward` (``scale`` given, ``bias`` added)."""
     xhat = c.pw("MUL", c.pw("SUB", x, mean), inv) if centered else c.pw("MUL", x, inv)
     g = c.pw("MUL", dy, scale)
-    inner = c.pw("MUL", xhat, c.mean(c.pw("MUL", g, xhat), stats_dims))
-    rest = c.pw("SUB", c.pw("SUB", g, c.mean(g, stats_dims)), inner) if centered else c.pw("SUB", g, inner)
-    dx = c.pw("MUL", rest, inv)
+    # NOTE: each pointwise output takes its first input's stride order, and every step from here
+    # on starts from xhat: dx comes out in x's order (channels-last x, channels-last dx) whatever dy's
+    # dx = inv * (g - mean(g) - xhat * mean(g * xhat)) = (xhat * mean(g * xhat) - g + mean(g)) * -inv
+    rest = c.pw("SUB", c.pw("MUL", xhat, c.mean(c.pw("MUL", g, xhat), stats_dims)), g)
+    if centered:
+        rest = c.pw("ADD", rest, c.mean(g, stats_dims))
+    dx = c.pw("MUL", rest, c.pw("NEG", inv)).set_dim(list(dims))
     dscale = c.sum(c.pw("MUL", dy, xhat), scale_dims)
     dbias = c.sum(dy, scale_dims) if want_dbias else None
     return dx, dscale, dbias

@@ -538,8 +538,14 @@ class pygraph:
         return dims
 
     def _named(self, t, name, suffix):
-        if t is not None and name:
+        """A composed op's output named as cuDNN names it; Y and DX take the graph's default type (the
+        io type once they are outputs), as cuDNN's do; statistics stay FLOAT unless set."""
+        if t is None:
+            return None
+        if name:
             t.set_name(f"{name}::{suffix}")
+        if suffix in ("Y", "DX"):
+            t.set_data_type(DataType.NOT_SET)
         return self._wrap(t)
 
     @_translate
@@ -567,12 +573,13 @@ class pygraph:
             if momentum is None:
                 raise HipdnnError(Status.BAD_PARAM, "batchnorm: momentum is required with running statistics")
             m = self._scalar(momentum, "batchnorm momentum")
-            keep = (1.0 - m) if isinstance(m, float) else c.pw("SUB", 1.0, m)
             count = _composite.reduced_count(dims, stats)
             unbiased = c.pw("MUL", var, count / max(count - 1, 1))
-            next_mean = c.pw("ADD", c.pw("MUL", self._in(in_running_mean, "in_running_mean"), keep), c.pw("MUL", mean, m))
-            next_var = c.pw("ADD", c.pw("MUL", self._in(in_running_var, "in_running_var"), keep),
-                            c.pw("MUL", unbiased, m))
+            # (1 - m) * old + m * new, as old + m * (new - old): m may be a baked pass-by-value scalar
+            old_mean, old_var = self._in(in_running_mean, "in_running_mean"), self._in(in_running_var, "in_running_var")
+            next_mean = c.pw("ADD", old_mean, c.pw("MUL", c.pw("SUB", mean, old_mean), m))
+            next_var = c.pw("ADD", old_var, c.pw("MUL", c.pw("SUB", unbiased, old_var), m))
+            next_mean.set_dim(stats), next_var.set_dim(stats)
         return (self._named(y, name, "Y"), self._named(mean, name, "MEAN"), self._named(inv, name, "INV_VARIANCE"),
                 self._named(next_mean, name, "NEXT_RUNNING_MEAN"), self._named(next_var, name, "NEXT_RUNNING_VAR"))
 
@@ -909,8 +916,9 @@ class pygraph:
     def _notes(self, eid: int) -> list:
         rm = self._hd._handle.resource_manager
         plugin = rm.plugin_for(eid)
-        # NOTE: an engine that compiles at build time (IREE) is cuDNN's RUNTIME_COMPILATION
-        return [E.behavior_note.RUNTIME_COMPILATION] if hasattr(plugin, "cache") else []
+        # NOTE: an engine that compiles source at build time (IREE's, which has source_text) is
+        # cuDNN's RUNTIME_COMPILATION; the numpy reference compiles nothing
+        return [E.behavior_note.RUNTIME_COMPILATION] if callable(getattr(plugin, "source_text", None)) else []
 
     @_translate
     def get_behavior_notes_for_plan_at_index(self, index):

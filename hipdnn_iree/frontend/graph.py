@@ -348,7 +348,7 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
         if t._stride is None:
             t._stride = list(packed_strides(t._dim))
         try:
-            lay = physical_layout(t._dim, t._stride, what)
+            lay = physical_layout(t._dim, t._stride, what, output=is_output)
         except LoweringError as e:
             raise HipdnnError(Status.BAD_PARAM, str(e)) from None
         itemsize = numpy_itemsize(t._data_type)
