@@ -109,14 +109,6 @@ def main(argv=None) -> int:
         return 2
     files = args.files or [f for f in DEFAULT_FILES if (folder / f).exists()]
     extra = ["-k", args.k] if args.k else []
-    results = []
-    for name in files:
-        r = run_file(folder, name, args.timeout, extra)
-        results.append(r)
-        print(f"{name}: {r['passed']} passed, {r['failed']} failed, {r['error']} errors, {r['skipped']} skipped "
-              f"({r['seconds']} s) {r['first_failure'][:160]}", flush=True)
-    text = table(results)
-    print(text)
     meta = {"cpu_mode": os.environ.get("HIPDNN_IREE_FE_CPU", "") not in ("", "0"), "python": sys.version.split()[0]}
     try:
         import hipdnn_iree.cudnn as cudnn
@@ -125,10 +117,18 @@ def main(argv=None) -> int:
         meta.update(torch=torch.__version__, gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None)
     except Exception as e:                  # noqa: BLE001 - the table is still worth writing
         meta.update(meta_error=repr(e))
-    if args.json:
-        args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
-    if args.md:
-        args.md.write_text(text + "\n")
+    results = []
+    for name in files:
+        r = run_file(folder, name, args.timeout, extra)
+        results.append(r)
+        print(f"{name}: {r['passed']} passed, {r['failed']} failed, {r['error']} errors, {r['skipped']} skipped "
+              f"({r['seconds']} s) {r['first_failure'][:160]}", flush=True)
+        # NOTE: written after each file, so a run cut short still leaves the files it finished
+        if args.json:
+            args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+        if args.md:
+            args.md.write_text(table(results) + "\n")
+    print(table(results))
     return 0 if all(r["failed"] == 0 and r["error"] == 0 for r in results) else 1
 
 

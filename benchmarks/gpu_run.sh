@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (no IREE compiler, no network): install the carried runtime wheels,
 # then the correctness matrix and the benchmark over plans compiled on the build machine.
-# Usage: bash benchmarks/gpu_run.sh [cases|bench|tests|autotune|all]   (results go to $OUT or ./gpu_results)
+# Usage: bash benchmarks/gpu_run.sh [cases|bench|tests|autotune|fe|newtests|all]   (results go to $OUT or ./gpu_results)
 # tests/autotune need the IREE compiler there too: .gpu/iree_compiler.tar.xz (iree-base-compiler's
 # wheel unpacked, libIREECompiler.so stripped), unpacked beside the runtime; .whl also carries the
 # pure-Python test tools (pytest, pluggy, iniconfig, packaging, flatbuffers) and ml_dtypes.
@@ -40,6 +40,17 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
     python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_output_strides.py tests/test_gpu_build_all.py \
         tests/test_zero_copy.py > "$OUT/tests.txt" 2>&1
     echo "tests rc=$?"; tail -25 "$OUT/tests.txt"
+fi
+if [ "$what" = fe ]; then
+    # cuDNN FE's own test files (carried in .cudnn_fe, not committed) on the facade
+    python3 benchmarks/cudnn_fe_tests.py .cudnn_fe/test/python ${FE_FILES:+--files $FE_FILES} --timeout ${FE_TIMEOUT:-900} \
+        --json "$OUT/fe.json" --md "$OUT/fe.md" > "$OUT/fe.txt" 2>&1
+    echo "fe rc=$?"; cat "$OUT/fe.md"
+fi
+if [ "$what" = newtests ]; then
+    python3 -m pytest -q -p no:cacheprovider -m gpu ${NEW_TESTS:-tests/test_alias_inputs.py tests/test_int8.py} \
+        > "$OUT/newtests.txt" 2>&1
+    echo "newtests rc=$?"; tail -15 "$OUT/newtests.txt"
 fi
 if [ "$what" = autotune ] || [ "$what" = all ]; then
     for run in A B; do
