@@ -406,3 +406,21 @@ def test_runner_writes_the_table(tmp_path):
     assert (res["passed"], res["failed"], res["error"], res["skipped"]) == (1, 1, 0, 1), res
     assert "test_wrong" in res["first_failure"]
     assert "| test_small | 1 | 1 | 0 | 1 |" in proc.stdout
+
+
+def test_kernel_cache_never_serves_another_types_plan(handle):
+    """One kernel cache, matmuls of one shape in HALF, BFLOAT16 and HALF again: two modules, the
+    third graph served the first's, each result right for its own type."""
+    kc = cudnn.create_kernel_cache()
+    for dt, want_modules in ((torch.float16, 1), (torch.bfloat16, 2), (torch.float16, 2)):
+        g = cudnn.pygraph(io_data_type=cudnn.data_type.HALF, intermediate_data_type=F, compute_data_type=F,
+                          handle=handle, kernel_cache=kc)
+        a, b = torch.randn(2, 8, 16).to(dt), torch.randn(2, 16, 4).to(dt)
+        A, B = g.tensor_like(a), g.tensor_like(b)
+        C = g.matmul(A, B)
+        C.set_output(True).set_data_type(dt)
+        g.build([cudnn.heur_mode.A])
+        c = torch.zeros(2, 8, 4, dtype=dt)
+        g.execute({A: a, B: b, C: c}, None)
+        assert len(kc) == want_modules
+        _close(c, a.double() @ b.double(), tol=1e-2)
