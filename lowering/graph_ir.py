@@ -650,12 +650,18 @@ _FLOAT_DATA_TYPES = (G.DataType.FLOAT, G.DataType.HALF, G.DataType.BFLOAT16, G.D
 def default_compute_type(graph: GraphDesc, node: NodeDesc) -> int:
     """The compute type a node whose own and graph's compute types are UNSET runs in here.
 
-    FLOAT, except INT32 for a matmul of integer operands (what ``LowerContext.compute_elem``
-    falls back to: float math in f32, integer matmuls accumulate in i32).
+    FLOAT, except INT32 for a matmul of integer operands and a conv_fprop of INT8/UINT8 ones (what
+    ``LowerContext.compute_elem`` falls back to: float math in f32, integer matmuls and convs
+    accumulate in i32).
     """
     if node.kind == OpKind.MATMUL:
         a = graph._by_uid.get(node.attrs.a_uid)
         if a is not None and a.data_type not in _FLOAT_DATA_TYPES + (G.DataType.UNSET,):
+            return G.DataType.INT32
+    if node.kind == OpKind.CONV_FPROP:
+        ts = [graph._by_uid.get(u) for u in (node.attrs.x_uid, node.attrs.w_uid)]
+        if all(t is not None for t in ts) and any(t.data_type in (G.DataType.INT8, G.DataType.UINT8) for t in ts) \
+                and not any(t.data_type in _FLOAT_DATA_TYPES for t in ts):
             return G.DataType.INT32
     return G.DataType.FLOAT
 

@@ -22,6 +22,13 @@ values: x ``[N, C, *S]``, w ``[K, C/G, *R]``, y ``[N, K, *O]`` with ``G`` groups
 
 Products accumulate in the compute type (f32 unless set) and the result is
 rounded once to the output's type.
+
+Integer conv_fprop (INT8 / UINT8 operands): products and sums in the compute type, i32 unless set
+(an integer compute type must be INT32 or INT64); INT8 operands are sign-extended (the named conv
+ops' own cast), UINT8 ones zero-extended in a conversion of their own before the conv (the named ops
+sign-extend, and a generic form gets its operands in the accumulator type too). Every fprop form
+takes them (channels-first/last named ops, grouped, depthwise, 3-D as 2-D convs, the generic grouped
+1-D/3-D form, varying spatial dims). conv_dgrad/conv_wgrad refuse integer operands ("unsupported").
 """
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ from typing import Sequence
 
 from lowering._context import LowerContext
 from lowering._emit import FLOAT_TYPES, Emitter, Sym, Value, is_static, tensor_type
+from lowering._fbs.graph_generated import DataType
 from lowering._registry import register_lowering
 from lowering.graph_ir import LoweringError, NodeDesc, OpKind
 
@@ -248,11 +256,14 @@ def _window(o: str, r: str, stride: int, dilation: int) -> str:
 
 
 def _mac(em: Emitter, ins: Sequence[Value], acc: str):
-    """Region body ``out + a * b`` in the accumulator type."""
+    """Region body ``out + a * b`` in the accumulator type (``arith.addi``/``muli`` for an integer
+    one; integer operands are sign-extended: UINT8 ones reach a conv already in ``acc``)."""
+    kind = "f" if acc in FLOAT_TYPES else "i"
+
     def body(args):
         a = em.cast(args[0], ins[0].elem, acc)
         b = em.cast(args[1], ins[1].elem, acc)
-        return em.op(f"arith.addf {args[2]}, {em.op(f'arith.mulf {a}, {b} : {acc}')} : {acc}")
+        return em.op(f"arith.add{kind} {args[2]}, {em.op(f'arith.mul{kind} {a}, {b} : {acc}')} : {acc}")
     return body
 
 
@@ -506,8 +517,49 @@ def _conv3d_as_2d(em: Emitter, x: Value, w: Value, p: ConvParams, out_sp: Sequen
 def _check_float(node: NodeDesc, *vals: Value) -> None:
     for v in vals:
         if v.elem not in FLOAT_TYPES:
-            raise LoweringError(f"{node.kind.name.lower()} '{node.name}': operands must be floating point, "
+            what = (" (int8/uint8 operands: conv_fprop only)" if v.elem == "i8" else "")
+            raise LoweringError(f"{node.kind.name.lower()} '{node.name}': operands must be floating point{what}, "
                                 f"got {v.elem}", "unsupported")
+
+
+_INT_OPERANDS = (DataType.INT8, DataType.UINT8)
+_INT_ACC = ("i32", "i64")
+
+
+def _fprop_operands(ctx: LowerContext, node: NodeDesc, uids: Sequence[int], vals: Sequence[Value]) -> str:
+    """Checks conv_fprop's operand types; returns the accumulator type (the compute type; i32 when
+    unset and every operand is INT8/UINT8, else f32).
+
+    Floating-point operands take any compute type as before. INT8/UINT8 operands are accepted with a
+    float compute type (converted exactly) or an INT32/INT64 one; an integer compute type needs every
+    operand to be an integer (INT8/UINT8). Anything else is refused ("unsupported")."""
+    name = f"conv_fprop '{node.name}'"
+    ints = []
+    for uid, v in zip(uids, vals):
+        dt = ctx.tensor(uid).data_type
+        if v.elem in FLOAT_TYPES:
+            ints.append(False)
+        elif v.elem == "i8" and dt in _INT_OPERANDS:
+            ints.append(True)
+        else:
+            raise LoweringError(f"{name}: operands must be floating point or INT8/UINT8, got {v.elem}",
+                                "unsupported")
+    acc = ctx.compute_elem(node, default="i32" if all(ints) else "f32")
+    if acc not in FLOAT_TYPES:
+        if acc not in _INT_ACC:
+            raise LoweringError(f"{name}: integer convolutions accumulate in INT32 or INT64, not {acc} "
+                                f"(set compute_data_type INT32)", "unsupported")
+        if not all(ints):
+            raise LoweringError(f"{name}: an integer compute type ({acc}) needs INT8/UINT8 operands, got "
+                                f"{' and '.join(v.elem for v in vals)}", "unsupported")
+    return acc
+
+
+def _unsigned_in(ctx: LowerContext, acc: str, uids: Sequence[int], vals: Sequence[Value]) -> tuple[Value, ...]:
+    """UINT8 operands zero-extended to the accumulator type (the named conv ops sign-extend)."""
+    return tuple(ctx.em.convert(v, acc, unsigned=True)
+                 if ctx.tensor(u).data_type == DataType.UINT8 and v.elem != acc else v
+                 for u, v in zip(uids, vals))
 
 
 def _geometry(node: NodeDesc, x, w, y, given: str | None) -> tuple[ConvParams, int]:
@@ -541,11 +593,12 @@ def lower_conv_fprop(ctx: LowerContext, node: NodeDesc) -> None:
     at = node.attrs
     x, w = ctx.value(at.x_uid), ctx.value(at.w_uid)
     y_dims = ctx.dims(at.y_uid)
-    _check_float(node, x, w)
+    uids = (at.x_uid, at.w_uid)
+    acc = _fprop_operands(ctx, node, uids, (x, w))
     # NOTE: checked at the built dims (the same as x.shape etc. for a static lowering)
     p, groups = _geometry(node, ctx.tensor(at.x_uid).dims, w.shape, ctx.tensor(at.y_uid).dims, None)
-    em, acc = ctx.em, ctx.compute_elem(node)
-    x, w = _operands_in(ctx, acc, x, w)
+    em = ctx.em
+    x, w = _operands_in(ctx, acc, *_unsigned_in(ctx, acc, uids, (x, w)))
     out_sp, kern = y_dims[2:], w.shape[2:]
     pol = ctx.policy
     if not is_static(x.shape[2:]):

@@ -8,11 +8,17 @@ each other's places, half of the output is wrong, silently). IREE makes such con
 when it moves a transpose into a matmul (a matmul whose output is stored transposed, or sdpa's
 V operand, which IREE transposes for its attention kernel). On CUDA targets the lowering puts a
 ``iree_tensor_ext.compute_barrier.start`` between a matmul's result and such transposes (here and in
-``lowering/ops/sdpa.py``), so the contraction keeps its M-before-N form: docs/known_issues.md."""
+``lowering/ops/sdpa.py``), so the contraction keeps its M-before-N form: docs/known_issues.md.
+
+Integer operands: with an integer compute type (i32 when unset and no operand is floating point)
+products and sums are integer ops in it; INT8 operands are sign-extended (the named ops' own cast),
+UINT8 ones zero-extended by a conversion before the contraction. A floating-point compute type
+converts integer operands exactly (``arith.sitofp``/``uitofp``): int8 x bf16 with FLOAT compute."""
 from __future__ import annotations
 
 from lowering._context import LowerContext
 from lowering._emit import FLOAT_TYPES, Value, dyn_operands
+from lowering._fbs.graph_generated import DataType
 from lowering._registry import register_lowering
 from lowering.graph_ir import LoweringError, NodeDesc, OpKind
 from lowering.ops.pointwise import broadcast_shape
@@ -80,8 +86,15 @@ def lower_matmul(ctx: LowerContext, node: NodeDesc) -> None:
     at = node.attrs
     a, b = ctx.value(at.a_uid), ctx.value(at.b_uid)
     out_shape = matmul_shape(a.shape, b.shape, node.name)
-    acc = ctx.compute_elem(node, default="f32" if a.elem in FLOAT_TYPES else "i32")
+    floats = a.elem in FLOAT_TYPES or b.elem in FLOAT_TYPES
+    acc = ctx.compute_elem(node, default="f32" if floats else "i32")
+    if acc not in FLOAT_TYPES and floats:
+        raise LoweringError(f"matmul '{node.name}': an integer compute type ({acc}) needs integer operands, "
+                            f"got {a.elem} and {b.elem}", "unsupported")
     em = ctx.em
+    # NOTE: the named ops sign-extend integer operands: UINT8 ones are zero-extended here first
+    a, b = (em.convert(v, acc, unsigned=True) if ctx.tensor(u).data_type == DataType.UINT8 else v
+            for u, v in ((at.a_uid, a), (at.b_uid, b)))
     if cuda_mma_guard(ctx.policy, a.elem, b.elem):
         ctx.mma_results.add(at.c_uid)   # see the module docstring; used in lowering/_lower.py
     rank = len(out_shape)

@@ -4,7 +4,8 @@ from __future__ import annotations
 import math
 
 from lowering._context import LowerContext, is_nan
-from lowering._emit import Emitter
+from lowering._emit import FLOAT_TYPES, Emitter
+from lowering._fbs.graph_generated import DataType
 from lowering._fbs.graph_generated import PointwiseMode as M
 from lowering._registry import register_lowering
 from lowering.graph_ir import LoweringError, NodeDesc, OpKind
@@ -195,6 +196,8 @@ def lower_pointwise(ctx: LowerContext, node: NodeDesc) -> None:
     shape = ctx.dims(out_uid)
     out_elem = ctx.out_elem(out_uid)
     em = ctx.em
+    # UINT8 inputs convert zero-extended (uitofp / extui), the other integers sign-extended
+    uns = [ctx.tensor(u).data_type == DataType.UINT8 for u in attrs.inputs()]
     if mode == M.GEN_INDEX:
         axis = attrs.axis
         if axis is None or not 0 <= axis < len(shape):
@@ -210,7 +213,7 @@ def lower_pointwise(ctx: LowerContext, node: NodeDesc) -> None:
             xs = args[:-1]
             if mode in COMPARE:
                 mm = _Math(em, ct)
-                r = mm.cmp(COMPARE[mode], *[em.cast(x, v.elem, ct) for x, v in zip(xs, ins)])
+                r = mm.cmp(COMPARE[mode], *[em.cast(x, v.elem, ct, u) for x, v, u in zip(xs, ins, uns)])
             elif mode == M.BINARY_SELECT:
                 cond = em.cast(xs[2], ins[2].elem, "i1")
                 r = em.op(f"arith.select {cond}, {em.cast(xs[0], ins[0].elem, out_elem)}, "
@@ -223,13 +226,18 @@ def lower_pointwise(ctx: LowerContext, node: NodeDesc) -> None:
                 else:
                     r = em.op(f"arith.{'andi' if mode == M.LOGICAL_AND else 'ori'} {bs[0]}, {bs[1]} : i1")
             return em.cast(r, "i1", out_elem)
+    elif mode == M.IDENTITY and ctx.compute_elem(node) not in FLOAT_TYPES:
+        # NOTE: an identity with an integer compute type (an int32 conv result, cuDNN's int8 conv
+        # graphs) is one exact conversion, not a round trip through f32 (exact only below 2^24)
+        def body(args):
+            return em.cast(args[0], ins[0].elem, out_elem, uns[0])
     else:
         ct = ctx.compute_elem(node)
         if ct not in ("f16", "bf16", "f32", "f64"):
             ct = "f32"
         def body(args):
             mm = _Math(em, ct)
-            xs = [em.cast(x, v.elem, ct) for x, v in zip(args[:-1], ins)]
+            xs = [em.cast(x, v.elem, ct, u) for x, v, u in zip(args[:-1], ins, uns)]
             return em.cast(_fwd(mm, mode, xs, attrs), ct, out_elem)
     if broadcast_shape([v.shape for v in ins] + [shape]) != shape:
         raise LoweringError(f"pointwise '{node.name}': inputs of shapes {[list(v.shape) for v in ins]} "

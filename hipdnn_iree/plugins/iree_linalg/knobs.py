@@ -167,6 +167,7 @@ class GraphSummary:
     has_double: bool
     conv_ranks: tuple
     f32_only: bool
+    int_conv: bool = False   # a conv_fprop with an INT8/UINT8 operand
 
     @classmethod
     def of(cls, desc: GraphDesc) -> "GraphSummary":
@@ -174,8 +175,11 @@ class GraphSummary:
         types = [t.data_type for t in desc.tensors]
         computes = [n.compute_data_type for n in desc.nodes] + [desc.compute_data_type]
         conv_ranks = tuple(len(desc.tensor(n.attrs.x_uid).dims) - 2 for n in desc.nodes if n.kind == OpKind.CONV_FPROP)
+        ints = (DataType.INT8, DataType.UINT8)
+        int_conv = any(desc.tensor(n.attrs.x_uid).data_type in ints or desc.tensor(n.attrs.w_uid).data_type in ints
+                       for n in desc.nodes if n.kind == OpKind.CONV_FPROP)
         return cls(frozenset(n.kind for n in desc.nodes), DataType.DOUBLE in types or DataType.DOUBLE in computes,
-                   conv_ranks, not any(t in low for t in types + computes))
+                   conv_ranks, not any(t in low for t in types + computes), int_conv)
 
     @property
     def has_conv(self) -> bool:
@@ -236,10 +240,11 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
         im2col_on = im2col == "ON" and summary.has_conv
     if im2col_on:
         flags.append(IM2COL_FLAG)
-        if not summary.f32_only:
+        if not summary.f32_only or summary.int_conv:
             # NOTE: IREE 3.13's im2col pass emits `arith.addf (f16, f32) -> f16` for a conv with
             # f16/bf16 operands and an f32 accumulator and fails to compile (every x86 CPU target,
-            # and cuda:sm_80 on an H200): such convs take f32 operands in this form
+            # and cuda:sm_80 on an H200): such convs take f32 operands in this form. The same for
+            # i8 operands with an i32 accumulator (`arith.addi` of i8 and i32, llvm-cpu): i32 operands.
             policy = policy.with_(conv_acc_operands=True)
     if get("OPT_LEVEL") != AUTO:
         flags.append(f"--iree-opt-level={get('OPT_LEVEL')}")

@@ -6,6 +6,10 @@ The forward op loops over kernel offsets ``r`` (a strided slice of the padded
 input per offset, contracted with ``einsum``); dgrad and wgrad are the exact
 adjoints of the same sum (scatter-add into the padded dx, and the contraction
 over ``n, o`` for dw). None of this shares code with the linalg lowering.
+
+Integer operands (INT8/UINT8, and INT32/INT64) with no floating-point operand are computed exactly
+in int64 instead (the engine accumulates them in i32; the result's rounding to an INT32 output
+wraps as i32 arithmetic does).
 """
 from __future__ import annotations
 
@@ -24,6 +28,13 @@ def _geometry(at, rank: int):
     return get(at.pre_padding, 0), get(at.post_padding, 0), get(at.stride, 1), get(at.dilation, 1)
 
 
+def _exact(*arrays) -> list[np.ndarray]:
+    """The operands as int64 when all are integer arrays (exact sums), else as float64."""
+    arrays = [np.asarray(a) for a in arrays]
+    ints = all(a.dtype.kind in "iu" for a in arrays)
+    return [a.astype(np.int64 if ints else np.float64) for a in arrays]
+
+
 def _windows(kernel, out, stride, dilation):
     """Per kernel offset ``r``: the spatial slices of the padded input it reads for every output."""
     for r in itertools.product(*(range(k) for k in kernel)):
@@ -32,14 +43,14 @@ def _windows(kernel, out, stride, dilation):
 
 def conv_forward(x, w, pre, post, stride, dilation) -> np.ndarray:
     """``y = conv(x, w)``; x ``[N, C, *S]``, w ``[K, C/G, *R]``."""
-    x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    x, w = _exact(x, w)
     n, c, k, cg = x.shape[0], x.shape[1], w.shape[0], w.shape[1]
     g = c // cg
     xp = np.pad(x, [(0, 0), (0, 0)] + list(zip(pre, post)))
     out = [(sp - d * (kk - 1) - 1) // s + 1 for sp, kk, s, d in zip(xp.shape[2:], w.shape[2:], stride, dilation)]
     xg = xp.reshape(n, g, cg, *xp.shape[2:])
     wg = w.reshape(g, k // g, cg, *w.shape[2:])
-    y = np.zeros((n, g, k // g, *out))
+    y = np.zeros((n, g, k // g, *out), x.dtype)
     for r, win in _windows(w.shape[2:], out, stride, dilation):
         y += np.einsum("ngc...,gkc->ngk...", xg[(slice(None),) * 3 + win], wg[(Ellipsis,) + r])
     return y.reshape(n, k, *out)

@@ -115,8 +115,17 @@ def ref_pointwise(node: NodeDesc, env: dict) -> dict:
     return {at.out_0_uid: pointwise(at.operation, xs, at, env.dims(at.out_0_uid))}
 
 
+def _exact(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both as int64 when both are integer (an exact integer matmul: int8 x int8 with INT32
+    compute; the INT32 output wraps as i32 arithmetic does), else as float64."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+        return a.astype(np.int64), b.astype(np.int64)
+    return _f64(a), _f64(b)
+
+
 @register_reference(OpKind.MATMUL)
 def ref_matmul(node: NodeDesc, env: dict) -> dict:
     at = node.attrs
-    return {at.c_uid: np.matmul(_f64(env[at.a_uid]), _f64(env[at.b_uid]))}
+    return {at.c_uid: np.matmul(*_exact(env[at.a_uid], env[at.b_uid]))}
 
