@@ -44,6 +44,8 @@ class LoweringPolicy:
             with IREE's CPU im2col pass on f16/bf16 convs, which it cannot otherwise compile).
         cuda_mma_barriers: compute barriers that keep IREE 3.13's CUDA f16/bf16 tensor-core
             miscompile away (docs/known_issues.md). Correctness, not speed: never a knob.
+        tf32_conv: f32 conv operands rounded to TF32 (knob F32_CONV_MATH=TF32; the cuDNN facade's
+            default on CUDA, where cuDNN and PyTorch run FLOAT convolutions on TF32 tensor cores).
     """
 
     target: str = "llvm-cpu:host"
@@ -57,6 +59,7 @@ class LoweringPolicy:
     lift_1d: bool = True
     conv_acc_operands: bool = False
     cuda_mma_barriers: bool = False
+    tf32_conv: bool = False
 
     @classmethod
     def for_target(cls, target: str) -> "LoweringPolicy":

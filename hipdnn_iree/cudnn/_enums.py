@@ -145,6 +145,7 @@ class knob_type(_Enum):
     GPU_CONV_TILE = 6
     GPU_PAD_FUSION = 7
     SHAPE_SPECIALIZE = 8
+    F32_CONV_MATH = 9
     SPLIT_K = 100
     SWIZZLE = 101
     TILE_SIZE = 102

@@ -773,7 +773,20 @@ class pygraph:
         self._hd.create_execution_plans(hd_modes)
         if self._deselected:
             self._hd._plans = [p for p in self._hd._plans if p.config.engine_id not in self._deselected]
+        self._cudnn_numerics()
         return self
+
+    def _cudnn_numerics(self) -> None:
+        """cuDNN's numerics on NVIDIA GPUs: FLOAT convolutions on TF32 tensor cores, as cuDNN (and
+        PyTorch) run them: configs that leave ``F32_CONV_MATH`` AUTO get TF32 on a CUDA target."""
+        target = str(getattr(self._hd._handle, "target", "") or "")
+        if not target.startswith("cuda"):
+            return
+        for slot in self._hd._plans or []:
+            knobs = slot.config.knobs
+            if slot.plan is None and knobs.get("F32_CONV_MATH", "AUTO") == "AUTO" and \
+                    "F32_CONV_MATH" in {k.name for k in self._hd._handle.resource_manager.knobs(slot.config.engine_id)}:
+                knobs["F32_CONV_MATH"] = "TF32"
 
     @_translate
     def check_support(self):
@@ -898,6 +911,7 @@ class pygraph:
                     and 0 <= v < len(choices.get(name, ())):
                 values[name] = choices[name][v]      # a choice index, as cuDNN's knob values are numbers
         self._hd.create_execution_plan(eid, values)
+        self._cudnn_numerics()
         return self
 
     @_translate
@@ -996,6 +1010,7 @@ class pygraph:
         self.validate()
         self._hd.build_operation_graph(self._hd_handle())
         self._hd.create_execution_plans(heur or [E.HD_HEUR.A])
+        self._cudnn_numerics()
         self._hd.check_support()
         self._hd.build_plans(policy)
         self._baked, self._pending = baked, False

@@ -583,9 +583,28 @@ def _operands_in(ctx: LowerContext, acc: str, *vals: Value) -> tuple[Value, ...]
     """The conv's operands, converted to the accumulator type when the policy asks for it
     (``conv_acc_operands``: IREE 3.13's CPU im2col pass breaks on f16/bf16 operands with an f32
     accumulator, ``arith.addf (f16, f32) -> f16``); as they are otherwise."""
+    if ctx.policy.tf32_conv:
+        vals = tuple(_round_tf32(ctx.em, v) if v.elem == "f32" else v for v in vals)
     if not ctx.policy.conv_acc_operands:
         return vals
     return tuple(v if v.elem == acc else ctx.em.convert(v, acc) for v in vals)
+
+
+def _round_tf32(em: Emitter, v: Value) -> Value:
+    """``v`` rounded to TF32 (10 mantissa bits, to nearest, ties away from zero, as the GPU's
+    ``cvt.rna.tf32.f32``); infinities and NaNs kept. The products of two TF32 values are exact in
+    f32, so a conv over rounded operands with an f32 accumulator has TF32 tensor cores' numerics
+    (``tf32_conv``: the cuDNN facade's default on CUDA, as cuDNN's and PyTorch's)."""
+    half, mask = em.op("arith.constant 4096 : i32", "c"), em.op("arith.constant -8192 : i32", "c")
+    big = em.op("arith.constant 3.40282347e+38 : f32", "c")
+
+    def body(a):
+        bits = em.op(f"arith.bitcast {a[0]} : f32 to i32")
+        kept = em.op(f"arith.andi {em.op(f'arith.addi {bits}, {half} : i32')}, {mask} : i32")
+        rounded = em.op(f"arith.bitcast {kept} : i32 to f32")
+        finite = em.op(f"arith.cmpf ole, {em.op(f'math.absf {a[0]} : f32')}, {big} : f32")
+        return em.op(f"arith.select {finite}, {rounded}, {a[0]} : f32")
+    return em.elementwise([v], v.shape, "f32", body)
 
 
 @register_lowering(OpKind.CONV_FPROP)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from lowering._context import LowerContext
 from lowering._emit import FLOAT_TYPES, Value, dyn_operands
+from lowering._fbs.graph_generated import PointwiseMode
 from lowering._fbs.graph_generated import DataType
 from lowering._registry import register_lowering
 from lowering.graph_ir import LoweringError, NodeDesc, OpKind
@@ -81,6 +82,32 @@ def matmul_shape(a: tuple, b: tuple, name: str = "matmul") -> tuple[int, ...]:
     return tuple(batch) + (a[-2], b[-1])
 
 
+def _widened_from(ctx: LowerContext, uid: int) -> str | None:
+    """The float type tensor ``uid`` was widened from by the pointwise op that makes it (a cast:
+    an IDENTITY from a narrower float type), else None."""
+    for n in ctx.graph.nodes:
+        if n.kind == OpKind.POINTWISE and uid in n.attrs.outputs():
+            if n.attrs.operation != PointwiseMode.IDENTITY:
+                return None
+            src = ctx.value(n.attrs.in_0_uid).elem
+            out = ctx.value(uid).elem
+            return src if src in FLOAT_TYPES and src != out else None
+    return None
+
+
+def keep_cast_apart(ctx: LowerContext, v: Value) -> Value:
+    """``v`` (a widened operand) behind an elementwise ``+ 0.0`` (exact, -0 becomes +0), so IREE's
+    dispatch creation does not fuse the widening cast into the contraction.
+
+    NOTE: IREE 3.13 (CUDA, sm_80) fuses f16->f32 and bf16->f32 casts of a matmul's two operands
+    into its dispatch and then fails to verify the ``vector.contract`` it makes ("lhs and rhs have
+    same element type": bf16 x f16). An op other than a pure cast is not fused that way; the f32
+    operand is then stored once, as the cast's output would be. Only when the sources differ."""
+    em = ctx.em
+    zero = em.op(f"arith.constant 0.0 : {v.elem}", "cst")
+    return em.elementwise([v], v.shape, v.elem, lambda a: em.op(f"arith.addf {a[0]}, {zero} : {v.elem}"))
+
+
 @register_lowering(OpKind.MATMUL)
 def lower_matmul(ctx: LowerContext, node: NodeDesc) -> None:
     at = node.attrs
@@ -95,6 +122,10 @@ def lower_matmul(ctx: LowerContext, node: NodeDesc) -> None:
     # NOTE: the named ops sign-extend integer operands: UINT8 ones are zero-extended here first
     a, b = (em.convert(v, acc, unsigned=True) if ctx.tensor(u).data_type == DataType.UINT8 else v
             for u, v in ((at.a_uid, a), (at.b_uid, b)))
+    if not ctx.policy.is_cpu and a.elem == b.elem:
+        sa, sb = _widened_from(ctx, at.a_uid), _widened_from(ctx, at.b_uid)
+        if sa is not None and sb is not None and sa != sb:
+            b = keep_cast_apart(ctx, b)
     if cuda_mma_guard(ctx.policy, a.elem, b.elem):
         ctx.mma_results.add(at.c_uid)   # see the module docstring; used in lowering/_lower.py
     rank = len(out_shape)

@@ -52,6 +52,10 @@ KNOBS = (
     Knob("GPU_PAD_FUSION", (AUTO, "ON", "OFF"), AUTO,
          "GPU only: a convolution's zero padding fused into the conv dispatch instead of a copy of its own "
          "(--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops; AUTO: off, IREE's default)"),
+    Knob("F32_CONV_MATH", (AUTO, "IEEE", "TF32"), AUTO,
+         "f32 convolutions (fprop, dgrad, wgrad) in IEEE f32, or with their operands rounded to TF32 (10 "
+         "mantissa bits) and f32 accumulation, the numerics of TF32 tensor cores that cuDNN and PyTorch use "
+         "for FLOAT convolutions on NVIDIA GPUs (AUTO: IEEE; the cuDNN facade picks TF32 on CUDA)"),
     Knob("SHAPE_SPECIALIZE", (AUTO, "ON", "OFF"), AUTO,
          "dynamic-shape plans only: the module also holds the static code of the build shape, run when every "
          "bound tensor has its built dims and strides (AUTO: on for override-shape plans)"),
@@ -246,6 +250,8 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
             # and cuda:sm_80 on an H200): such convs take f32 operands in this form. The same for
             # i8 operands with an i32 accumulator (`arith.addi` of i8 and i32, llvm-cpu): i32 operands.
             policy = policy.with_(conv_acc_operands=True)
+    if get("F32_CONV_MATH") == "TF32" and summary.has_conv:
+        policy = policy.with_(tf32_conv=True)
     if get("OPT_LEVEL") != AUTO:
         flags.append(f"--iree-opt-level={get('OPT_LEVEL')}")
     if not cpu and get("GPU_PAD_FUSION") == "ON" and summary.has_conv:
@@ -296,6 +302,7 @@ def candidates(target: Target, summary: GraphSummary, mode: HeurMode, tuned: dic
                     "GPU_MATMUL_TILE": not cpu and (OpKind.MATMUL in summary.kinds or summary.has_conv),
                     "GPU_CONV_TILE": not cpu and OpKind.CONV_FPROP in summary.kinds,
                     "GPU_PAD_FUSION": not cpu and summary.has_conv,
+                    "F32_CONV_MATH": False,     # NOTE: a numerics choice, not a speed one: never timed
                     "SHAPE_SPECIALIZE": False}   # NOTE: decided per build (shape_specialize), not by resolve()
         # NOTE: measured on an H200 (IREE 3.13, sm_80): f16/bf16 conv_fprop without the channels-last pass
         # computes wrong values (rel err 0.5-1.0 in the ResNet, stem and 3-D blocks); never offered there
