@@ -423,19 +423,33 @@ def test_narrow_or_mixed_integer_compute_refused():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dt", [I8, U8], ids=["int8", "uint8"])
 def test_gpu_int8_conv_and_matmul_exact(rng, dt):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
     handle = hd.create_handle(device="cuda")
+
+    def on_gpu(pack):
+        return {u: torch.from_numpy(np.ascontiguousarray(a)).cuda() for u, a in pack.items()}
     xd, wd, kw = [2, 64, 32, 32], [4, 64, 3, 3], dict(padding=[1, 1])
     for cl in (True, False):
         inputs = _conv_inputs(rng, dt, xd, wd, cl)
         want = conv_ref(inputs[1], inputs[2], *_pads(kw, 2))
         g, outs = _conv_graph(dt, xd, wd, kw, cl, identity=True)()
         g.build(handle)
-        got = empty_like_tensor(outs[3])
-        g.execute(handle, {**inputs, 3: got})
-        assert np.array_equal(got, want.astype(np.int32)), f"conv channels_last={cl}"
+        got = torch.from_numpy(empty_like_tensor(outs[3])).cuda()
+        feeds = {}
+        for u, a in inputs.items():     # keep each input's own strides (channels-last views)
+            t = torch.empty_strided(a.shape, [s // a.itemsize for s in a.strides], dtype=getattr(torch, a.dtype.name),
+                                    device="cuda")
+            t.copy_(torch.from_numpy(np.ascontiguousarray(a)))
+            feeds[u] = t
+        g.execute(handle, {**feeds, 3: got})
+        torch.cuda.synchronize()
+        assert np.array_equal(got.cpu().numpy(), want.astype(np.int32)), f"conv channels_last={cl}"
     a, b = _rand(rng, [3, 64, 256], dt), _rand(rng, [3, 256, 48], dt)
     g, outs = _mm_graph([3, 64, 256], [3, 256, 48], dt, dt, I32, I32)()
     g.build(handle)
-    got = empty_like_tensor(outs[3])
-    g.execute(handle, {1: a, 2: b, 3: got})
-    assert np.array_equal(got, np.matmul(a.astype(np.int64), b.astype(np.int64)).astype(np.int32))
+    got = torch.from_numpy(empty_like_tensor(outs[3])).cuda()
+    g.execute(handle, {**on_gpu({1: a, 2: b}), 3: got})
+    torch.cuda.synchronize()
+    assert np.array_equal(got.cpu().numpy(), np.matmul(a.astype(np.int64), b.astype(np.int64)).astype(np.int32))
