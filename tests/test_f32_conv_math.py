@@ -12,8 +12,9 @@ F = hd.DataType.FLOAT
 
 
 def _tf32(a: np.ndarray) -> np.ndarray:
-    """TF32 (10 mantissa bits, the low 13 dropped toward zero): an independent numpy version."""
-    return (a.astype(np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+    """Round to nearest TF32 (10 mantissa bits), ties away from zero: an independent numpy version."""
+    bits = a.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32)
 
 
 def _conv_ref(x, w, pad):
