@@ -12,9 +12,15 @@ F = hd.DataType.FLOAT
 
 
 def _tf32(a: np.ndarray) -> np.ndarray:
-    """Round to nearest TF32 (10 mantissa bits), ties away from zero: an independent numpy version."""
+    """Round to nearest TF32 (10 mantissa bits), ties to even: an independent numpy version."""
     bits = a.astype(np.float32).view(np.uint32).astype(np.uint64)
-    return ((bits + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32)
+    return ((bits + 0xFFF + ((bits >> 13) & 1)) & 0xFFFFE000).astype(np.uint32).view(np.float32)
+
+
+def test_tf32_reference_ties_to_even():
+    # 1 + 2^-11 is a tie between 1 and 1 + 2^-10: to even gives 1; 1 + 3 * 2^-11 gives 1 + 2^-9
+    assert _tf32(np.array([1 + 2**-11], np.float32))[0] == 1.0
+    assert _tf32(np.array([1 + 3 * 2**-11], np.float32))[0] == np.float32(1 + 2**-9)
 
 
 def _conv_ref(x, w, pad):
@@ -56,6 +62,21 @@ def test_tf32_conv_rounds_operands_and_accumulates_in_f32(rng):
     assert np.abs(outs["IEEE"] - want_ieee).max() < 1e-4
     assert np.abs(outs["TF32"] - want_tf32).max() < 1e-4
     assert np.abs(outs["TF32"] - want_ieee).max() > 1e-3
+
+
+def test_tf32_conv_rounds_ties_to_even():
+    h = hd.create_handle(device="local-task")
+    g = hd.Graph(name="conv", io_data_type=F, intermediate_data_type=F, compute_data_type=F)
+    x = g.tensor(name="x", uid=1, dim=[1, 1, 1, 4])
+    w = g.tensor(name="w", uid=2, dim=[1, 1, 1, 1])
+    g.conv_fprop(x, w, padding=[0, 0]).set_output(True).set_uid(3)
+    g.validate().build_operation_graph(h)
+    g.create_execution_plan("IREE_LINALG", {"F32_CONV_MATH": "TF32"}).check_support().build_plans()
+    vals = np.array([1 + 2**-11, 1 + 3 * 2**-11, -(1 + 2**-11), 1 + 2**-12], np.float32).reshape(1, 1, 1, 4)
+    y = np.zeros((1, 1, 1, 4), np.float32)
+    g.execute(h, {1: vals, 2: np.ones((1, 1, 1, 1), np.float32), 3: y})
+    np.testing.assert_array_equal(y.ravel(), _tf32(vals).ravel())
+    np.testing.assert_array_equal(y.ravel(), np.array([1.0, 1 + 2**-9, -1.0, 1.0], np.float32))
 
 
 def test_tf32_keeps_infinities_and_nans():

@@ -591,21 +591,24 @@ def _operands_in(ctx: LowerContext, acc: str, *vals: Value) -> tuple[Value, ...]
 
 
 def _round_tf32(em: Emitter, v: Value) -> Value:
-    """``v`` rounded to TF32 (10 mantissa bits, to nearest, ties away from zero, as the GPU's
-    ``cvt.rna.tf32.f32``); infinities and NaNs kept. The products of two TF32 values are exact in
-    f32, so a conv over rounded operands with an f32 accumulator has TF32 tensor cores' numerics
-    (``tf32_conv``: the cuDNN facade's default on CUDA, as cuDNN's and PyTorch's).
+    """``v`` rounded to TF32 (10 mantissa bits, to nearest, ties to even); infinities and NaNs
+    kept. The products of two TF32 values are exact in f32, so a conv over rounded operands with an
+    f32 accumulator has TF32 tensor cores' numerics (``tf32_conv``: the cuDNN facade's default on
+    CUDA, as cuDNN's and PyTorch's).
 
-    NOTE: measured on an H200 against torch's TF32 conv (cuDNN FE's deviceless test, 3x3, K = 1152,
-    atol = rtol = 1e-3): IEEE f32 left 16% of 16.7M outputs outside (max 0.056), rounding to
-    nearest 0.026% (max 0.0086: torch runs cuDNN's own TF32 kernel, whose algorithm differs),
-    dropping the low bits (toward zero) 40% (max 0.17)."""
-    half, mask = em.op("arith.constant 4096 : i32", "c"), em.op("arith.constant -8192 : i32", "c")
+    NOTE: measured on an H200 (benchmarks/tf32_probe.py, docs/gpu_results/tf32_probe_h200.json):
+    torch's TF32 conv (cuDNN 9.19's kernel; N16 C128 64x64, K256 3x3) against IEEE convs of
+    converted operands, outputs past atol = rtol = 1e-3 of 16.7M: ties to even 0 (max 7.9e-4),
+    ties away from zero 2,920 (max 0.012), low bits dropped 6.7M, no conversion 2.7M."""
+    lsb_shift, one, bias = (em.op(f"arith.constant {c} : i32", "c") for c in (13, 1, 4095))
+    mask = em.op("arith.constant -8192 : i32", "c")
     big = em.op("arith.constant 3.40282347e+38 : f32", "c")
 
     def body(a):
         bits = em.op(f"arith.bitcast {a[0]} : f32 to i32")
-        kept = em.op(f"arith.andi {em.op(f'arith.addi {bits}, {half} : i32')}, {mask} : i32")
+        odd = em.op(f"arith.andi {em.op(f'arith.shrui {bits}, {lsb_shift} : i32')}, {one} : i32")
+        up = em.op(f"arith.addi {em.op(f'arith.addi {bits}, {bias} : i32')}, {odd} : i32")
+        kept = em.op(f"arith.andi {up}, {mask} : i32")
         rounded = em.op(f"arith.bitcast {kept} : i32 to f32")
         finite = em.op(f"arith.cmpf ole, {em.op(f'math.absf {a[0]} : f32')}, {big} : f32")
         return em.op(f"arith.select {finite}, {rounded}, {a[0]} : f32")
