@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (no IREE compiler, no network): install the carried runtime wheels,
 # then the correctness matrix and the benchmark over plans compiled on the build machine.
-# Usage: bash benchmarks/gpu_run.sh [cases|bench|tests|autotune|fe|newtests|all]   (results go to $OUT or ./gpu_results)
+# Usage: bash benchmarks/gpu_run.sh [cases|bench|tests|autotune|fe|newtests|ab|all]   (results go to $OUT or ./gpu_results)
 # tests/autotune need the IREE compiler there too: .gpu/iree_compiler.tar.xz (iree-base-compiler's
 # wheel unpacked, libIREECompiler.so stripped), unpacked beside the runtime; .whl also carries the
 # pure-Python test tools (pytest, pluggy, iniconfig, packaging, flatbuffers) and ml_dtypes.
@@ -46,6 +46,11 @@ if [ "$what" = fe ]; then
     python3 benchmarks/cudnn_fe_tests.py .cudnn_fe/test/python ${FE_FILES:+--files $FE_FILES} --timeout ${FE_TIMEOUT:-900} \
         --json "$OUT/fe.json" --md "$OUT/fe.md" > "$OUT/fe.txt" 2>&1
     echo "fe rc=$?"; cat "$OUT/fe.md"
+fi
+if [ "$what" = ab ]; then
+    # an older checkout's lowering/ and hipdnn_iree/ in .old_tree (git archive), against this one
+    python3 benchmarks/matmul_fold_ab.py --old .old_tree --json "$OUT/matmul_fold_ab.json" > "$OUT/ab.txt" 2>&1
+    echo "ab rc=$?"; tail -8 "$OUT/ab.txt"
 fi
 if [ "$what" = newtests ]; then
     python3 -m pytest -q -p no:cacheprovider -m gpu ${NEW_TESTS:-tests/test_alias_inputs.py tests/test_int8.py} \
