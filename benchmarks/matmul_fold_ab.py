@@ -2,6 +2,7 @@
 2-D matmul (new tree, lowering/ops/matmul.py _folded_batch_matmul), through the cuDNN facade.
 
     python3 benchmarks/matmul_fold_ab.py --old PATH_TO_OLD_TREE --json out.json     # driver
+PATH_TO_OLD_TREE holds the older packages (``git archive REV lowering | tar -x -C DIR``).
 Each round runs one process per tree, alternating (old, new, old, new, ...), with the compile cache
 off (HIPDNN_IREE_CACHE=0); in each process every case is built, checked against torch (float64 of
 the same inputs) and timed: bursts of 10 executes then one synchronize, 30 bursts, median per call.
@@ -82,10 +83,12 @@ def main() -> int:
     for r in range(args.rounds):
         for label in ("old", "new"):
             env = dict(os.environ, HIPDNN_IREE_CACHE="0")
-            env["PYTHONPATH"] = os.pathsep.join([trees[label]] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
-                                                                  if p and os.path.abspath(p) != here])
+            # NOTE: the old tree may hold only the packages that differ (e.g. lowering/): first on the
+            # path, the rest comes from this checkout
+            rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != here]
+            env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([trees[label], here] + rest))
             proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child"], env=env, capture_output=True,
-                                  text=True, cwd=trees[label], timeout=400)
+                                  text=True, cwd=here, timeout=400)
             line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT ")), None)
             if line is None:
                 print(label, "failed:", proc.stderr[-2000:])
