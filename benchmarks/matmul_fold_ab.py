@@ -1,5 +1,8 @@
-"""A/B on a GPU: batched-A x one-batch-B matmuls as a broadcast generic (old tree) or folded into one
-2-D matmul (new tree, lowering/ops/matmul.py _folded_batch_matmul), through the cuDNN facade.
+"""A/B on a GPU of two lowerings (trees), through the cuDNN facade: matmul + bias + gelu with a
+batched A and a one-batch B, cuDNN FE's linear layers. First used for a broadcast-batch generic
+(old) against the batch folded into one 2-D matmul (new, commit "a batched A times a one-batch B",
+reverted after this measurement): H200, 2 rounds, old/new 1.11, 0.93, 0.96, within the run-to-run
+spread; docs/gpu_results/matmul_fold_ab_h200.json.
 
     python3 benchmarks/matmul_fold_ab.py --old PATH_TO_OLD_TREE --json out.json     # driver
 PATH_TO_OLD_TREE holds the older packages (``git archive REV lowering | tar -x -C DIR``).

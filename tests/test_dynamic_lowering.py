@@ -257,9 +257,7 @@ def test_static_lowering_unchanged(cpu):
     with open(BASELINE) as f:
         want = json.load(f)
     got = _static_mlir_hashes(cpu)
-    # 14 graphs x 3 targets, saved before the dynamic emitter; the three mlp entries re-saved when a
-    # batched A times a one-batch B became one 2-D matmul (lowering/ops/matmul.py _folded_batch_matmul)
-    assert len(want) == 42
+    assert len(want) == 42      # 14 graphs x 3 targets, saved before the dynamic emitter
     assert {k: got[k] for k in want} == want
 
 

@@ -16,10 +16,8 @@ UINT8 ones zero-extended by a conversion before the contraction. A floating-poin
 converts integer operands exactly (``arith.sitofp``/``uitofp``): int8 x bf16 with FLOAT compute."""
 from __future__ import annotations
 
-import math
-
 from lowering._context import LowerContext
-from lowering._emit import FLOAT_TYPES, Value, dyn_operands, is_static
+from lowering._emit import FLOAT_TYPES, Value, dyn_operands
 from lowering._fbs.graph_generated import PointwiseMode
 from lowering._fbs.graph_generated import DataType
 from lowering._registry import register_lowering
@@ -110,34 +108,6 @@ def keep_cast_apart(ctx: LowerContext, v: Value) -> Value:
     return em.elementwise([v], v.shape, v.elem, lambda a: em.op(f"arith.addf {a[0]}, {zero} : {v.elem}"))
 
 
-def _foldable_batch(a: tuple, b: tuple, out: tuple) -> bool:
-    """A batched A times one B (every batch dim of B is 1, or B is 2-D): the batch folds into M."""
-    if len(out) < 3 or not is_static(a) or not is_static(b):
-        return False
-    return tuple(a[:-2]) == tuple(out[:-2]) and all(d == 1 for d in b[:-2]) and math.prod(out[:-2]) > 1
-
-
-def _folded_batch_matmul(em, a: Value, b: Value, out_shape: tuple, acc: str) -> Value:
-    """``[batch..., M, K] x [1..., K, N]`` as one ``linalg.matmul`` ``[batch*M, K] x [K, N]``, then
-    expanded back: the form IREE's matmul pipelines (and tensor-core intrinsics) take, where a
-    broadcast-batch contraction is a generic.
-
-    NOTE: cuDNN FE's linear layers (``[B, S, E] x [1, E, 4E]``, test_matmul_bias) are this shape."""
-    nb = len(out_shape) - 2
-    rows = math.prod(a.shape[:-1])
-    lead = "[" + ", ".join(map(str, range(nb + 1))) + "]"
-    flat_t = Value("", (rows, a.shape[-1]), a.elem).type
-    a2 = em.op(f"tensor.collapse_shape {a.ssa} [{lead}, [{nb + 1}]] : {a.type} into {flat_t}", "r")
-    b2 = em.reshape(b, b.shape[-2:])
-    res_t = Value("", (rows, out_shape[-1]), acc).type
-    init = em.filled((rows, out_shape[-1]), acc, 0.0)
-    mm = em.op(f"linalg.matmul ins({a2}, {b2.ssa} : {flat_t}, {b2.type}) outs({init} : {res_t}) -> {res_t}", "mm")
-    out_t = Value("", out_shape, acc).type
-    name = em.op(f"tensor.expand_shape {mm} [{lead}, [{nb + 1}]] output_shape [{', '.join(map(str, out_shape))}] "
-                 f": {res_t} into {out_t}", "r")
-    return Value(name, tuple(out_shape), acc)
-
-
 @register_lowering(OpKind.MATMUL)
 def lower_matmul(ctx: LowerContext, node: NodeDesc) -> None:
     at = node.attrs
@@ -159,9 +129,6 @@ def lower_matmul(ctx: LowerContext, node: NodeDesc) -> None:
     if cuda_mma_guard(ctx.policy, a.elem, b.elem):
         ctx.mma_results.add(at.c_uid)   # see the module docstring; used in lowering/_lower.py
     rank = len(out_shape)
-    if _foldable_batch(a.shape, b.shape, out_shape):
-        ctx.define(at.c_uid, _folded_batch_matmul(em, a, b, out_shape, acc))
-        return
     init = em.filled(out_shape, acc, 0.0)
     if rank == 2 or (rank == 3 and a.shape[:-2] == b.shape[:-2] == out_shape[:-2]):
         opname = "linalg.matmul" if rank == 2 else "linalg.batch_matmul"
