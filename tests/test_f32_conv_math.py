@@ -64,33 +64,31 @@ def test_tf32_conv_rounds_operands_and_accumulates_in_f32(rng):
     assert np.abs(outs["TF32"] - want_ieee).max() > 1e-3
 
 
-def test_tf32_conv_rounds_ties_to_even():
+def _tf32_row_conv(vals: np.ndarray) -> np.ndarray:
+    """A 1x1 conv by 1 of the row ``vals`` (every value multiplied by 1) with F32_CONV_MATH=TF32."""
     h = hd.create_handle(device="local-task")
+    n = vals.size
     g = hd.Graph(name="conv", io_data_type=F, intermediate_data_type=F, compute_data_type=F)
-    x = g.tensor(name="x", uid=1, dim=[1, 1, 1, 4])
+    x = g.tensor(name="x", uid=1, dim=[1, 1, 1, n])
     w = g.tensor(name="w", uid=2, dim=[1, 1, 1, 1])
     g.conv_fprop(x, w, padding=[0, 0]).set_output(True).set_uid(3)
     g.validate().build_operation_graph(h)
     g.create_execution_plan("IREE_LINALG", {"F32_CONV_MATH": "TF32"}).check_support().build_plans()
-    vals = np.array([1 + 2**-11, 1 + 3 * 2**-11, -(1 + 2**-11), 1 + 2**-12], np.float32).reshape(1, 1, 1, 4)
-    y = np.zeros((1, 1, 1, 4), np.float32)
-    g.execute(h, {1: vals, 2: np.ones((1, 1, 1, 1), np.float32), 3: y})
-    np.testing.assert_array_equal(y.ravel(), _tf32(vals).ravel())
-    np.testing.assert_array_equal(y.ravel(), np.array([1.0, 1 + 2**-9, -1.0, 1.0], np.float32))
+    y = np.zeros((1, 1, 1, n), np.float32)
+    g.execute(h, {1: vals.astype(np.float32).reshape(1, 1, 1, n), 2: np.ones((1, 1, 1, 1), np.float32), 3: y})
+    return y.ravel()
+
+
+def test_tf32_conv_rounds_ties_to_even():
+    vals = np.array([1 + 2**-11, 1 + 3 * 2**-11, -(1 + 2**-11), 1 + 2**-12], np.float32)
+    y = _tf32_row_conv(vals)
+    np.testing.assert_array_equal(y, _tf32(vals))
+    np.testing.assert_array_equal(y, np.array([1.0, 1 + 2**-9, -1.0, 1.0], np.float32))
 
 
 def test_tf32_keeps_infinities_and_nans():
-    h = hd.create_handle(device="local-task")
-    g = hd.Graph(name="conv", io_data_type=F, intermediate_data_type=F, compute_data_type=F)
-    x = g.tensor(name="x", uid=1, dim=[1, 1, 1, 3])
-    w = g.tensor(name="w", uid=2, dim=[1, 1, 1, 1])
-    g.conv_fprop(x, w, padding=[0, 0]).set_output(True).set_uid(3)
-    g.validate().build_operation_graph(h)
-    g.create_execution_plan("IREE_LINALG", {"F32_CONV_MATH": "TF32"}).check_support().build_plans()
-    xv = np.array([np.inf, -np.inf, 1.0], np.float32).reshape(1, 1, 1, 3)
-    y = np.zeros((1, 1, 1, 3), np.float32)
-    g.execute(h, {1: xv, 2: np.ones((1, 1, 1, 1), np.float32), 3: y})
-    assert y.ravel()[0] == np.inf and y.ravel()[1] == -np.inf and y.ravel()[2] == 1.0
+    y = _tf32_row_conv(np.array([np.inf, -np.inf, 1.0], np.float32))
+    assert y[0] == np.inf and y[1] == -np.inf and y[2] == 1.0
 
 
 def test_facade_picks_tf32_on_cuda_targets_only():

@@ -521,21 +521,11 @@ class pygraph:
         dims = t.get_dim()
         if dims:
             return list(dims)
-        hd, hdt = self._hd, t._hd()
-        # NOTE: validate assigns uids, types and dims to every tensor; only this tensor's dims are kept
-        saved = [(x, x._uid, x._dim, x._data_type) for x in hd._tensors]
         try:
-            hd.validate()
-            dims = list(hdt._dim)
+            return self._hd._dims_now(t._hd())
         except HipdnnError as e:
             raise HipdnnError(Status.BAD_PARAM, f"{what}: its dims are not set and cannot be inferred yet: "
                                                 f"{e.message}") from None
-        finally:
-            for x, uid, d, dt in saved:
-                x._uid, x._dim, x._data_type = uid, d, dt
-            hd._reset_build()
-        hdt._dim = dims
-        return dims
 
     def _named(self, t, name, suffix):
         """A composed op's output named as cuDNN names it; Y and DX take the graph's default type (the
@@ -782,10 +772,13 @@ class pygraph:
         target = str(getattr(self._hd._handle, "target", "") or "")
         if not target.startswith("cuda"):
             return
+        rm = self._hd._handle.resource_manager
+        has = {}                               # engine id -> whether it has the knob
         for slot in self._hd._plans or []:
-            knobs = slot.config.knobs
-            if slot.plan is None and knobs.get("F32_CONV_MATH", "AUTO") == "AUTO" and \
-                    "F32_CONV_MATH" in {k.name for k in self._hd._handle.resource_manager.knobs(slot.config.engine_id)}:
+            eid, knobs = slot.config.engine_id, slot.config.knobs
+            if eid not in has:
+                has[eid] = any(k.name == "F32_CONV_MATH" for k in rm.knobs(eid))
+            if slot.plan is None and has[eid] and knobs.get("F32_CONV_MATH", "AUTO") == "AUTO":
                 knobs["F32_CONV_MATH"] = "TF32"
 
     @_translate
@@ -1305,7 +1298,7 @@ def _by_address(hdt: TensorAttributes, buf):
         if list(buf.shape) == dims:
             _same_order(hdt, dims, strides, list(buf.stride()))
             return buf
-        span = 1 + sum((d - 1) * s for d, s in zip(dims, strides))
+        span = _span(dims, strides)
         have = buf.untyped_storage().nbytes() // buf.element_size() - buf.storage_offset()
         if span > have:
             raise HipdnnError(Status.BAD_PARAM, f"tensor '{hdt.get_name()}' (uid {hdt.get_uid()}): the buffer holds "
@@ -1317,7 +1310,7 @@ def _by_address(hdt: TensorAttributes, buf):
         if list(buf.shape) == dims:
             _same_order(hdt, dims, strides, [s // item for s in buf.strides])
             return buf
-        span = 1 + sum((d - 1) * s for d, s in zip(dims, strides))
+        span = _span(dims, strides)
         if not buf.flags.c_contiguous or buf.size < span:
             raise HipdnnError(Status.BAD_PARAM, f"tensor '{hdt.get_name()}' (uid {hdt.get_uid()}): the buffer "
                                                 f"(shape {list(buf.shape)}) does not cover the declared dims {dims} "

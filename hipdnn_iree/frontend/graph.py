@@ -330,6 +330,23 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
         self._validated = True
         return self
 
+    def _dims_now(self, t: TensorAttributes) -> list[int]:
+        """``t``'s dims, inferred now when unset (as validate infers them): the facade composes ops
+        whose shapes follow an op output's. Only ``t``'s dims are kept: the uids, types and dims
+        validate gives the other tensors are put back, and the graph stays unvalidated."""
+        if t._dim is not None:
+            return list(t._dim)
+        saved = [(x, x._uid, x._dim, x._data_type) for x in self._tensors]
+        try:
+            self.validate()
+            dims = list(t._dim)
+        finally:
+            for x, uid, d, dt in saved:
+                x._uid, x._dim, x._data_type = uid, d, dt
+            self._reset_build()
+        t._dim = dims
+        return dims
+
     def _default_out_type(self, n: _Node, t: TensorAttributes) -> DataType:
         if n.kind == OpKind.POINTWISE and PointwiseMode(n.params["operation"]) in _COMPARE_OR_LOGICAL:
             return DataType.BOOLEAN
