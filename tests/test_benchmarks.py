@@ -137,3 +137,50 @@ def test_gpu_figures_quoted_in_performance_md_are_in_the_summaries():
     assert round(after[("matmul_4096", "base")]["hd_ms"]["median"], 3) == 1.184
     before = {(r["graph"], r["variant"]): r for r in bench["runs"]["first_gpu_path"]["rows"]}
     assert round(before[("matmul_4096", "base")]["hd_ms"]["median"], 3) == 1.262
+
+
+def _side_by_side():
+    spec = importlib.util.spec_from_file_location("cudnn_side_by_side",
+                                                  os.path.join(REPO, "benchmarks", "cudnn_side_by_side.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_cudnn_side_by_side_compiles_plans_and_runs_on_the_cpu(tmp_path, monkeypatch):
+    """benchmarks/cudnn_side_by_side.py at tiny shapes: `compile` of two cases for cuda:sm_80 writes
+    their plans and a manifest that binds every graph tensor by uid; `run --cpu-check` builds every
+    case through the facade on the CPU, checks it against torch and times it (no cuDNN here)."""
+    sbs = _side_by_side()
+    monkeypatch.setenv("HIPDNN_IREE_CACHE", "0")
+    plans = tmp_path / "plans"
+    names = ["conv3x3_bias_relu_f16", "sdpa_causal_f16"]
+    assert sbs.main(["compile", "--tiny", "--out", str(plans), "--cases", *names]) == 0
+    man = json.loads((plans / "manifest.json").read_text())
+    assert man["target"] == "cuda:sm_80" and man["tiny"] is True
+    assert [c["name"] for c in man["cases"]] == names
+    for c in man["cases"]:
+        assert "error" not in c, c.get("error")
+        for st in c["stages"]:
+            assert (plans / st["plan"]).stat().st_size == st["bytes"] > 0
+            assert {b["role"] for b in st["bind"]} == {"in", "out"}
+            assert len({b["uid"] for b in st["bind"]}) == len(st["bind"])
+    assert man["plan_bytes"] == sum(st["bytes"] for c in man["cases"] for st in c["stages"])
+    # the nine op cases and the three blocks, shapes as issue 27 gives them
+    full = {c.name: c for c in sbs.all_cases()}
+    assert len([c for c in full.values() if c.group == "op"]) == 9 and len(full) == 12
+    assert full["sdpa_causal_bf16"].shape == "B2 H32 S2048 D128 causal BHSD"
+    assert full["llama7b_block_bf16"].flops > 8e11
+    out_json, out_md = tmp_path / "sbs.json", tmp_path / "sbs.md"
+    rc = sbs.main(["run", "--cpu-check", "--json", str(out_json), "--md", str(out_md), "--rounds", "2",
+                   "--burst", "1", "--warmup", "0"])
+    res = json.loads(out_json.read_text())
+    assert _longest_number_list(res) <= MAX_LIST
+    assert [r["name"] for r in res["cases"]] == list(full)
+    bad = {r["name"]: (r["errors"], {k: v["ok"] for k, v in r["checks"].items()}) for r in res["cases"] if not r["ok"]}
+    assert rc == 0 and not bad, bad
+    for r in res["cases"]:
+        assert set(r["ms"]) == {"ours", "torch"} and r["ms"]["ours"]["n"] == 2
+        assert r["checks"]["ours_vs_ref"]["ok"] and r["ours_over_torch"] > 0
+    md = out_md.read_text()
+    assert "989 TFLOP/s" in md and "llama7b_block_bf16" in md and "Geomean ours/cuDNN" in md
