@@ -17,7 +17,7 @@ from lowering._emit import ELEMENT_TYPES, Emitter, Value, element_type, tensor_t
 from lowering._fbs.graph_generated import DataType
 from lowering._registry import LOWERINGS
 from lowering.graph_ir import GraphDesc, LoweringError, decode_graph
-from lowering import strided
+from lowering import _goldens, strided
 from lowering.layout import physical_layout
 from lowering.policy import LoweringPolicy
 from lowering.ops.matmul import needs_relayout_barrier, propagation_barrier
@@ -57,6 +57,7 @@ def lower(graph_bytes: bytes, target: str = "llvm-cpu:host", verify: bool = True
                        specialize=specialize)
 
 
+@_goldens.recording   # off unless tests/goldens/record.py registers its sink (lowering/_goldens.py)
 def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes: bytes | None = None,
                 policy: LoweringPolicy | None = None, shape_spec=None, specialize: bool = False,
                 _entry: str = ENTRY_POINT, _reflect: bool = True) -> Lowered:
