@@ -122,7 +122,7 @@ def _layout_strides(dims, layout: str) -> list[int]:
 
 def _dense_in(rng, dims, layout, scale=1.0):
     """(logical view, dense memory image) of random data stored in ``layout``."""
-    from lowering.layout import physical_layout   # the module's argument shape (size-1 axes placed as it does)
+    from graph_ir.layout import physical_layout   # the module's argument shape (size-1 axes placed as it does)
     st = _layout_strides(dims, layout)
     dense = (rng.standard_normal(physical_layout(dims, st).phys_shape) * scale).astype(np.float32)
     return strided(dense, dims, st), dense
@@ -240,7 +240,7 @@ def model_block(name: str, label: str, shape: str) -> Case:
     torch = _torch()
     h = hd.create_handle(device=None, target="llvm-cpu", cache=False)
     g0.build_operation_graph(h)
-    from lowering import decode_graph
+    from graph_ir import decode_graph
     desc = decode_graph(g0.get_op_graph_bytes())
     rng = np.random.default_rng(5)
     inputs, outputs = {}, {}

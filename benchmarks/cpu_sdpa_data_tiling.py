@@ -8,7 +8,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hipdnn_iree as hd, gpu_blocks
 from hipdnn_iree.plugins.iree_linalg import targets
-from lowering import decode_graph
+from graph_ir import decode_graph
 
 def build(name, tiling):
     saved = targets.CPU_FLAGS
@@ -27,7 +27,7 @@ def pack(g):
     rng = np.random.default_rng(0)
     p = {}
     for t in g.get_compiled_plan_tensors() if g.is_restored else g.get_execution_plan().context.tensors:
-        from lowering.layout import physical_layout
+        from graph_ir.layout import physical_layout
         lay = physical_layout(t.dims, t.strides)
         a = hd.empty_aligned(lay.phys_shape, np.float32); a[...] = rng.standard_normal(lay.phys_shape) * 0.1
         p[t.uid] = a

@@ -1,5 +1,5 @@
 """Dynamic-shape modules on a GPU: one cuda:sm_80 module per op family (built at one shape, lowered with
-lowering.dynamic.analyze's spec, compiled once here) run on the device at several shapes against the
+graph_ir.dynamic.analyze's spec, compiled once here) run on the device at several shapes against the
 NUMPY_REFERENCE engine's results for static graphs built at those shapes.
 
     python benchmarks/gpu_dynamic_lowering.py prepare .gpu_dyn     # here: compile, inputs, references
@@ -34,8 +34,9 @@ def prepare(folder: str, only=None) -> None:
     import test_dynamic_lowering as T
     from hipdnn_iree.plugins.iree_linalg.compile import compile_mlir
     from hipdnn_iree.plugins.iree_linalg.targets import parse_target
-    from lowering import decode_graph, lower
-    from lowering.dynamic import analyze
+    from lowering import lower
+    from graph_ir import decode_graph
+    from graph_ir.dynamic import analyze
     from hipdnn_iree.plugins.iree_linalg.knobs import GraphSummary, resolve
     os.makedirs(folder, exist_ok=True)
     cpu = hd.create_handle()

@@ -1,6 +1,7 @@
-"""Graph FlatBuffer -> verified linalg-on-tensors MLIR.
+"""Graph IR -> verified linalg-on-tensors MLIR: the MLIR emitters, and nothing else.
 
-Pure: bytes in, text out. Knows nothing of runtimes, devices or plugins.
+Pure: bytes in, text out. Knows nothing of runtimes, devices or plugins. The graph it reads
+(descriptors, codec, layouts, dynamic shapes) is the ``graph_ir`` package below it.
 
 Example:
     >>> from lowering import lower                      # doctest: +SKIP
@@ -11,12 +12,5 @@ from __future__ import annotations
 
 from lowering._lower import ABI_FORMAT_VERSION, ENTRY_POINT, Lowered, lower, verify_mlir
 from lowering._registry import LOWERINGS
-from lowering.graph_ir import (ABSENT, ATTRS_BY_KIND, GraphDesc, LoweringError, NodeDesc, OpKind,
-                               TensorDesc, decode_graph, encode_graph)
-from lowering.layout import Layout, packed_strides, physical_layout
 
-__all__ = [
-    "ABI_FORMAT_VERSION", "ABSENT", "ATTRS_BY_KIND", "ENTRY_POINT", "GraphDesc", "LOWERINGS", "Layout",
-    "Lowered", "LoweringError", "NodeDesc", "OpKind", "TensorDesc", "decode_graph", "encode_graph",
-    "lower", "packed_strides", "physical_layout", "verify_mlir",
-]
+__all__ = ["ABI_FORMAT_VERSION", "ENTRY_POINT", "LOWERINGS", "Lowered", "lower", "verify_mlir"]

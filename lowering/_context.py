@@ -4,15 +4,15 @@ from __future__ import annotations
 import math
 
 from lowering._emit import FLOAT_TYPES, Emitter, Value, element_type, float_literal, tensor_type
-from lowering._fbs.graph_generated import DataType
-from lowering.graph_ir import GraphDesc, LoweringError, NodeDesc, TensorDesc
+from graph_ir._fbs.graph_generated import DataType
+from graph_ir.desc import GraphDesc, LoweringError, NodeDesc, TensorDesc
 from lowering.policy import LoweringPolicy
 
 
 class LowerContext:
     def __init__(self, graph: GraphDesc, emitter: Emitter, policy: LoweringPolicy, dyn_dims: dict | None = None):
         self.graph = graph
-        # uid -> logical dims with a Sym for each dim chosen at execute time (lowering/dynamic.py);
+        # uid -> logical dims with a Sym for each dim chosen at execute time (graph_ir/dynamic.py);
         # None for a static lowering
         self.dyn_dims = dyn_dims
         self.em = emitter

@@ -10,21 +10,9 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from lowering._fbs.graph_generated import DataType
-from lowering.graph_ir import LoweringError
+from graph_ir.desc import LoweringError
+from graph_ir.dtypes import ELEMENT_TYPES
 
-# data type code -> (MLIR element type, numpy dtype name)
-ELEMENT_TYPES = {
-    DataType.FLOAT: ("f32", "float32"),
-    DataType.HALF: ("f16", "float16"),
-    DataType.BFLOAT16: ("bf16", "bfloat16"),
-    DataType.DOUBLE: ("f64", "float64"),
-    DataType.INT8: ("i8", "int8"),
-    DataType.UINT8: ("i8", "uint8"),
-    DataType.INT32: ("i32", "int32"),
-    DataType.INT64: ("i64", "int64"),
-    DataType.BOOLEAN: ("i1", "bool"),
-}
 FLOAT_TYPES = ("f16", "bf16", "f32", "f64")
 _FLOAT_WIDTH = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}
 _INT_WIDTH = {"i1": 1, "i8": 8, "i32": 32, "i64": 64}
@@ -38,7 +26,7 @@ def element_type(data_type: int, what: str = "tensor") -> str:
 
 
 class Sym:
-    """A dim whose size is chosen at execute time (lowering/dynamic.py): prints as ``?`` in types and
+    """A dim whose size is chosen at execute time (graph_ir/dynamic.py): prints as ``?`` in types and
     as its ``index`` SSA value (``ssa``) in operand lists; equal to another Sym of the same ``name``."""
 
     __slots__ = ("name", "ssa")

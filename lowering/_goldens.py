@@ -69,7 +69,7 @@ def _append(sink, path: str, a: dict, mlir: str | None, err: Exception | None) -
     import fcntl
     import hashlib
     import json
-    from lowering.graph_ir import encode_graph
+    from graph_ir.desc import encode_graph
     graph, gbytes = a["graph"], a.get("graph_bytes")
     rec = {"graph": None if gbytes is None else base64.b64encode(bytes(gbytes)).decode("ascii"), "desc": None}
     # NOTE: the GraphDesc lowered need not be the bytes' decoding (the engine passes both): where its

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 import lowering.ops  # noqa: F401  (registers the op lowerings)
 from lowering._context import LowerContext
 from lowering._emit import ELEMENT_TYPES, Emitter, Value, element_type, tensor_type
-from lowering._fbs.graph_generated import DataType
+from graph_ir._fbs.graph_generated import DataType
 from lowering._registry import LOWERINGS
-from lowering.graph_ir import GraphDesc, LoweringError, decode_graph
+from graph_ir.desc import GraphDesc, LoweringError, decode_graph
 from lowering import _goldens, strided
-from lowering.layout import physical_layout
+from graph_ir.layout import physical_layout
 from lowering.policy import LoweringPolicy
 from lowering.ops.matmul import needs_relayout_barrier, propagation_barrier
 
@@ -48,7 +48,7 @@ def lower(graph_bytes: bytes, target: str = "llvm-cpu:host", verify: bool = True
     """Lowers a ``schemas/graph.fbs`` graph to MLIR text (parsed and verified by default).
 
     ``policy`` chooses every form (lowering/policy.py); ``None`` takes ``target``'s defaults.
-    ``shape_spec`` (a :class:`lowering.dynamic.ShapeSpec`, or its JSON): the arguments carry ``?``
+    ``shape_spec`` (a :class:`graph_ir.dynamic.ShapeSpec`, or its JSON): the arguments carry ``?``
     for its varying dims and one module serves every shape ``shape_spec.resolve`` accepts.
     ``specialize`` (with ``shape_spec``): the module also holds ``@main_static``, the static lowering
     at the built dims (:func:`lower_graph`)."""
@@ -160,7 +160,7 @@ def _dynamic(graph: GraphDesc, shape_spec):
     if shape_spec is None:
         return None, None
     from lowering._emit import Sym
-    from lowering.dynamic import ShapeSpec
+    from graph_ir.dynamic import ShapeSpec
     spec = ShapeSpec.from_json(shape_spec) if isinstance(shape_spec, str) else shape_spec
     for t in graph.tensors:
         if tuple(spec.built.get(t.uid, ())) != tuple(t.dims):

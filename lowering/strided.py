@@ -1,7 +1,7 @@
 """Reading and writing strided (non-dense) tensors: views into a larger buffer.
 
 A strided tensor is bound as the 1-D run of its ``span`` elements (``layout.phys_shape``). Its
-elements are a leading slice of the dense ``layout.host`` shape (see ``lowering/layout.py``), so:
+elements are a leading slice of the dense ``layout.host`` shape (see ``graph_ir/layout.py``), so:
 
 - read: pad the run to the host's size (the tail past the last element is never read), expand it
   to the host shape, take the slice, and drop the trailing unit axis;
@@ -14,7 +14,7 @@ index ``sum(i_a * stride_a)`` and reads that element of the run with ``tensor.ex
 never written (``physical_layout(..., output=True)`` refuses them).
 
 Example:
-    >>> from lowering.layout import physical_layout
+    >>> from graph_ir.layout import physical_layout
     >>> lay = physical_layout((2, 3, 5, 4), (180, 4, 36, 1))    # Q of a packed [2, 5, 3, 3, 4] QKV
     >>> lay.host, lay.span
     ((2, 5, 9, 4, 1), 336)
@@ -22,8 +22,8 @@ Example:
 from __future__ import annotations
 
 from lowering._emit import Emitter, Value, tensor_type
-from lowering.graph_ir import LoweringError
-from lowering.layout import Layout
+from graph_ir.desc import LoweringError
+from graph_ir.layout import Layout
 
 
 def _ints(xs) -> str:

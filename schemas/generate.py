@@ -1,9 +1,9 @@
 """Regenerates the committed Python code for the FlatBuffer schemas.
 
 Two kinds of output: ``flatc --python`` code for every schema (TARGETS), and for graph.fbs also
-``lowering/_fbs/graph_tables.py`` (TABLES_TARGET): the schema as plain Python data (enums with
+``graph_ir/_fbs/graph_tables.py`` (TABLES_TARGET): the schema as plain Python data (enums with
 their values, structs, unions, each table's fields in slot order with type and default), which
-lowering/graph_ir.py and hipdnn_iree/frontend/graph_json.py build their field tables from, so the
+graph_ir/desc.py and hipdnn_iree/frontend/graph_json.py build their field tables from, so the
 schema is written down once, in graph.fbs.
 
 Run from anywhere: ``python schemas/generate.py``. Uses the ``flatc`` that
@@ -28,7 +28,7 @@ TARGETS = {
     "execution_plan.fbs": ROOT / "hipdnn_iree" / "flatbuffers_sdk" / "execution_plan_generated.py",
     "execution_plan_v2_legacy.fbs": ROOT / "hipdnn_iree" / "flatbuffers_sdk" / "execution_plan_v2_legacy_generated.py",
     "fusplan_metadata.fbs": ROOT / "hipdnn_iree" / "flatbuffers_sdk" / "fusplan_metadata_generated.py",
-    "graph.fbs": ROOT / "lowering" / "_fbs" / "graph_generated.py",
+    "graph.fbs": ROOT / "graph_ir" / "_fbs" / "graph_generated.py",
 }
 
 
@@ -58,7 +58,7 @@ def flatc_path() -> str:
 # elements in the generated language"), and hipDNN's TensorValue union is one of structs. For
 # Python only, those structs are declared as tables of the same name: the generated Graph /
 # TensorAttributes accessors (value_type + value offset) are then the same, and
-# lowering/graph_ir.py reads and writes the union's value as the struct it is on the wire
+# graph_ir/desc.py reads and writes the union's value as the struct it is on the wire
 # (never through the generated *Value classes).
 _PY_STRUCT_UNION_MEMBERS = re.compile(r"^struct (\w+Value) \{", re.MULTILINE)
 
@@ -69,7 +69,7 @@ def python_schema_text(schema: str) -> str:
     return _PY_STRUCT_UNION_MEMBERS.sub(r"table \1 {", text) if schema == "graph.fbs" else text
 
 
-TABLES_TARGET = ROOT / "lowering" / "_fbs" / "graph_tables.py"
+TABLES_TARGET = ROOT / "graph_ir" / "_fbs" / "graph_tables.py"
 _SCALAR_SIZES = {"bool": 1, "byte": 1, "ubyte": 1, "short": 2, "ushort": 2, "int": 4, "uint": 4, "float": 4,
                  "long": 8, "ulong": 8, "double": 8}
 

@@ -47,7 +47,7 @@ def random_array(shape, data_type=hd.DataType.FLOAT, rng=None, low=-1.0, high=1.
         return rng.random(shape) > 0.5
     if strides is None:
         return rng.uniform(low, high, size=shape).astype(dt)
-    from lowering.layout import physical_layout
+    from graph_ir.layout import physical_layout
     lay = physical_layout(shape, strides)
     phys = rng.uniform(low, high, size=lay.phys_shape).astype(dt)
     return np.lib.stride_tricks.as_strided(phys, shape=tuple(shape),
@@ -57,7 +57,7 @@ def random_array(shape, data_type=hd.DataType.FLOAT, rng=None, low=-1.0, high=1.
 def empty_like_tensor(t: hd.TensorAttributes, fill=np.nan):
     """An output buffer matching the tensor's dims/strides, pre-filled with a sentinel."""
     dt = numpy_dtype(t.get_data_type())
-    from lowering.layout import physical_layout
+    from graph_ir.layout import physical_layout
     dims, strides = t.get_dim(), t.get_stride()
     lay = physical_layout(dims, strides)
     phys = np.empty(lay.phys_shape, dt)

@@ -11,7 +11,7 @@ import pytest
 
 import hipdnn_iree as hd
 from harness import raises
-from lowering.layout import packed_strides
+from graph_ir.layout import packed_strides
 
 F = hd.DataType.FLOAT
 P = hd.PointwiseMode
@@ -50,8 +50,8 @@ def matmul(cpu):
 
 
 def test_layout_of_an_aliasing_input():
-    from lowering.layout import physical_layout
-    from lowering.graph_ir import LoweringError
+    from graph_ir.layout import physical_layout
+    from graph_ir.desc import LoweringError
     lay = physical_layout([BB, K, N], B_STRIDES)
     assert lay.gather and not lay.is_dense and lay.host is None
     assert lay.span == 1 + (BB - 1) * K * N + (K - 1) + (N - 1) * N and lay.phys_shape == (lay.span,)

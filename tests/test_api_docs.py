@@ -14,8 +14,8 @@ import hipdnn_iree as hd
 from harness import REPO
 from hipdnn_iree import backend
 from hipdnn_iree.frontend.ops.registry import FRONTEND_METHODS
-from lowering.graph_ir import OpKind
-from lowering.ops.pointwise import ARITY
+from graph_ir.desc import OpKind
+from graph_ir.ops.pointwise import ARITY
 
 DOC_PATH = os.path.join(REPO, "docs", "api.md")
 
@@ -107,7 +107,7 @@ def missing(text: str) -> list[str]:
             out.append(f"hd.Graph.{n}({', '.join(_params(getattr(hd.Graph, n)))})")
     # graph ops: one heading each, with the full signature
     headings = [line for line in text.splitlines() if line.startswith("#")]
-    from lowering.graph_ir import LOWERED_KINDS
+    from graph_ir.desc import LOWERED_KINDS
     assert set(FRONTEND_METHODS) == set(LOWERED_KINDS), "a lowered op kind has no Graph method"
     for kind, n in FRONTEND_METHODS.items():
         params = _params(getattr(hd.Graph, n))
@@ -237,7 +237,7 @@ def _op_section(text: str, number: str) -> str:
 def test_norm_sections_state_the_scale_rule_the_lowering_uses():
     """5.8/5.9 and the oddities state hipDNN's rule (the trailing axes where the scale has x's
     extents, ``lowering.ops.norm.norm_axes``), not "every axis but axis 0"."""
-    from lowering.ops.norm import norm_axes
+    from graph_ir.ops.norm import norm_axes
     text = _doc()
     ln, rms = _op_section(text, "5.8"), _op_section(text, "5.9")
     assert "but axis 0" not in text

@@ -8,7 +8,7 @@ import pytest
 
 from harness import REPO
 
-_PACKAGES = ("hipdnn_iree", "lowering")
+_PACKAGES = ("hipdnn_iree", "lowering", "graph_ir")
 
 
 def _sources():
@@ -39,8 +39,8 @@ def test_no_condition_is_made_constant_by_a_literal():
 @pytest.mark.parametrize("module,owner,name", [
     ("hipdnn_iree.plugin_sdk.status", None, "fail"),
     ("hipdnn_iree.plugin_sdk.buffers", "BoundTensor", "describe"),
-    ("lowering.layout", "Layout", "is_identity"),
-    ("lowering.graph_ir", None, "SCHEMA_NAMESPACE"),
+    ("graph_ir.layout", "Layout", "is_identity"),
+    ("graph_ir.desc", None, "SCHEMA_NAMESPACE"),
     ("hipdnn_iree.plugins.iree_linalg.fusplan", None, "HEADER_SIZE"),
     ("hipdnn_iree.plugins.iree_linalg.plugin", "IreeLinalgPlugin", "describe_execution_context"),
 ], ids=lambda v: v or "-")

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 import hipdnn_iree as hd
-from lowering import decode_graph, lower
-from lowering.dynamic import analyze
+from lowering import lower
+from graph_ir import decode_graph
+from graph_ir.dynamic import analyze
 from lowering.policy import LoweringPolicy
 from hipdnn_iree.plugins.iree_linalg.targets import GPU_CONV_FLAGS
 

@@ -1,11 +1,11 @@
-"""lowering/dynamic.py: which dims vary per op family, resolve's checks and messages, JSON."""
+"""graph_ir/dynamic.py: which dims vary per op family, resolve's checks and messages, JSON."""
 from __future__ import annotations
 
 import pytest
 
 import hipdnn_iree as hd
-from lowering import LoweringError, decode_graph
-from lowering.dynamic import ShapeSpec, analyze
+from graph_ir import LoweringError, decode_graph
+from graph_ir.dynamic import ShapeSpec, analyze
 
 F = hd.DataType.FLOAT
 P = hd.PointwiseMode

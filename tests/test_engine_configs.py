@@ -135,7 +135,7 @@ def test_lowering_reads_no_environment(monkeypatch):
     before = lower(data, target="llvm-cpu:host").mlir
     monkeypatch.setenv("HIPDNN_IREE_SDPA_FUSED_ON_CPU", "1")
     assert lower(data, target="llvm-cpu:host").mlir == before
-    src = "\n".join(p.read_text() for p in (REPO / "lowering").rglob("*.py"))
+    src = "\n".join(p.read_text() for d in ("lowering", "graph_ir") for p in (REPO / d).rglob("*.py"))
     assert "os.environ" not in src and "getenv" not in src
 
 

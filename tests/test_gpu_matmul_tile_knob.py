@@ -9,7 +9,7 @@ import hipdnn_iree as hd
 from hipdnn_iree.plugin_sdk.engine_config import HeurMode
 from hipdnn_iree.plugins.iree_linalg import knobs
 from hipdnn_iree.plugins.iree_linalg.targets import parse_target
-from lowering.graph_ir import OpKind
+from graph_ir.desc import OpKind
 
 FLAG = "--iree-codegen-transform-dialect-library="
 

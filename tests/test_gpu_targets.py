@@ -68,7 +68,7 @@ def test_gpu_conv_flags_follow_the_graph():
     (measured on an H200: see docs/performance.md), as the engine resolves it (knobs.resolve)."""
     from hipdnn_iree.plugins.iree_linalg.knobs import GraphSummary, resolve
     from hipdnn_iree.plugins.iree_linalg.targets import GPU_CONV_FLAGS, parse_target
-    from lowering import OpKind
+    from graph_ir import OpKind
 
     def flags(target, kinds):
         summary = GraphSummary(kinds=frozenset(kinds), has_double=False, conv_ranks=(), f32_only=False)

@@ -10,7 +10,7 @@ import pytest
 
 import hipdnn_iree as hd
 from hipdnn_iree.frontend import graph_json as _graph_json
-from lowering.graph_ir import ABSENT, ATTRS_BY_KIND, GraphDesc, NodeDesc, OpKind, TensorDesc, encode_graph
+from graph_ir.desc import ABSENT, ATTRS_BY_KIND, GraphDesc, NodeDesc, OpKind, TensorDesc, encode_graph
 
 F = hd.DataType.FLOAT
 
@@ -139,7 +139,7 @@ FRONTEND_GRAPHS = {OpKind.POINTWISE: _pointwise, OpKind.MATMUL: _matmul, OpKind.
 
 
 def test_every_lowered_op_kind_has_a_frontend_round_trip():
-    from lowering.graph_ir import LOWERED_KINDS
+    from graph_ir.desc import LOWERED_KINDS
     assert set(FRONTEND_GRAPHS) == set(LOWERED_KINDS)
 
 

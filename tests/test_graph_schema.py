@@ -1,16 +1,16 @@
-"""Issue 19 item 6: graph.fbs is the one source of the graph field tables (lowering/_fbs/graph_tables.py,
+"""Issue 19 item 6: graph.fbs is the one source of the graph field tables (graph_ir/_fbs/graph_tables.py,
 generated; tests/test_schemas.py checks it is fresh), and encoding did not change with it."""
 import hashlib
 import json
 
 import pytest
 
-from lowering._fbs import graph_generated as G
-from lowering._fbs import graph_tables as T
-from lowering.graph_ir import ATTRS_BY_KIND, TABLE_NAMES, OpKind, encode_graph, schema_spec
+from graph_ir._fbs import graph_generated as G
+from graph_ir._fbs import graph_tables as T
+from graph_ir.desc import ATTRS_BY_KIND, TABLE_NAMES, OpKind, encode_graph, schema_spec
 
 # sha256 of encode_graph / of the sorted JSON dict of test_graph_json._desc_with_every_kind(v), taken
-# with the hand-kept tables of lowering/graph_ir.py before they were generated (commit 2e41222)
+# with the hand-kept tables of graph_ir/desc.py before they were generated (commit 2e41222)
 BEFORE = {
     0: ("ed5f5ba1221aba361f96aaea0a9b1d08a7009a4f266ac33c15428818e1026b34",
         "00a19e26e073df7c8b6350850a522cbf6edc5491f7c38b6e7f3e3eb2f150aaf8"),

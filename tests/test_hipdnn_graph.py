@@ -10,7 +10,7 @@ import pytest
 
 import hipdnn_iree as hd
 from harness import REPO, run_python
-from lowering.graph_ir import (ABSENT, ATTRS_BY_KIND, LOWERED_KINDS, GraphDesc, LoweringError, NodeDesc, OpKind,
+from graph_ir.desc import (ABSENT, ATTRS_BY_KIND, LOWERED_KINDS, GraphDesc, LoweringError, NodeDesc, OpKind,
                                TensorDesc, decode_graph, encode_graph)
 
 F = hd.DataType.FLOAT
@@ -178,7 +178,7 @@ def _mixed_graph(compute=hd.DataType.NOT_SET):
 
 
 def _read(data):
-    from lowering._fbs import graph_generated as GG
+    from graph_ir._fbs import graph_generated as GG
     return GG, GG.Graph.GetRootAs(data, 0)
 
 
@@ -216,7 +216,7 @@ def test_rmsnorm_forward_phase_is_written_and_not_set_still_reads(cpu, rng):
     at.Init(node.Attributes().Bytes, node.Attributes().Pos)
     assert at.ForwardPhase() == GG.NormFwdPhase.INFERENCE
     # a graph written with NOT_SET (older writers) is inference
-    from lowering.graph_ir import RmsnormAttrs, as_hipdnn_writes
+    from graph_ir.desc import RmsnormAttrs, as_hipdnn_writes
     at = RmsnormAttrs(1, 2, 3, 4)
     t = (TensorDesc(1, "x", int(F), (2, 8), (8, 1)), TensorDesc(2, "s", int(F), (1, 8), (8, 1)),
          TensorDesc(3, "eps", int(F), (), (), is_scalar=True, scalar_value=1e-6), TensorDesc(4, "y", int(F), (2, 8), (8, 1)))
@@ -236,7 +236,7 @@ def test_rmsnorm_forward_phase_is_written_and_not_set_still_reads(cpu, rng):
 def _encode_phase_not_set(desc) -> bytes:
     """``desc`` (one RMSNorm node) with forward_phase left out, as writers before the field did."""
     import flatbuffers
-    from lowering._fbs import graph_generated as GG
+    from graph_ir._fbs import graph_generated as GG
     data = bytearray(encode_graph(desc))
     root = GG.Graph.GetRootAs(data, 0)
     node = root.Nodes(0)

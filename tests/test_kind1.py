@@ -167,7 +167,7 @@ def test_writing_a_kind1_plan_refuses_what_it_cannot_carry(cpu):
 
 
 def _resample_graph() -> bytes:
-    from lowering.graph_ir import ATTRS_BY_KIND, GraphDesc, NodeDesc, OpKind, TensorDesc, encode_graph
+    from graph_ir.desc import ATTRS_BY_KIND, GraphDesc, NodeDesc, OpKind, TensorDesc, encode_graph
     at = ATTRS_BY_KIND[OpKind.RESAMPLE_FWD](x_uid=0, y_uid=1, pre_padding=(0, 0), post_padding=(0, 0),
                                            stride=(2, 2), window=(2, 2), resample_mode=1, padding_mode=1)
     t = (TensorDesc(0, "x", int(F), (1, 2, 4, 4), (32, 16, 4, 1)), TensorDesc(1, "y", int(F), (1, 2, 2, 2), (8, 4, 2, 1)))
@@ -176,7 +176,7 @@ def _resample_graph() -> bytes:
 
 def _huge_graph() -> bytes:
     """A consistent graph whose tensors no target can address (the frontend refuses it at validate)."""
-    from lowering.graph_ir import ATTRS_BY_KIND, GraphDesc, NodeDesc, OpKind, TensorDesc, encode_graph
+    from graph_ir.desc import ATTRS_BY_KIND, GraphDesc, NodeDesc, OpKind, TensorDesc, encode_graph
     n = 2**40
     at = ATTRS_BY_KIND[OpKind.POINTWISE](operation=int(hd.PointwiseMode.RELU_FWD), in_0_uid=0, out_0_uid=1)
     t = (TensorDesc(0, "x", int(F), (n, n), (n, 1)), TensorDesc(1, "y", int(F), (n, n), (n, 1)))

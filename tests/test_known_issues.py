@@ -15,7 +15,7 @@ import pytest
 import hipdnn_iree as hd
 from harness import random_array
 from lowering import lower
-from lowering.graph_ir import OpKind
+from graph_ir.desc import OpKind
 from lowering.ops import matmul as mm_lowering
 from lowering.ops import sdpa as sdpa_lowering
 from hipdnn_iree.plugins.iree_linalg.targets import GPU_CONV_FLAGS, parse_target
@@ -232,7 +232,7 @@ def test_conv_flags_per_graph(target):
     assert engine_flags(target, [OpKind.CONV_FPROP, OpKind.CONV_DGRAD]) == list(GPU_CONV_FLAGS)   # documented limit
     assert engine_flags(target, [OpKind.CONV_DGRAD, OpKind.CONV_WGRAD]) == []
     assert engine_flags(target, [OpKind.MATMUL]) == []
-    # dynamic builds: the pass fails on wgrad's dynamic N (lowering/dynamic.py), fprop graphs keep it
+    # dynamic builds: the pass fails on wgrad's dynamic N (graph_ir/dynamic.py), fprop graphs keep it
     assert engine_flags(target, [OpKind.CONV_WGRAD], dynamic=True) == []
     assert engine_flags(target, [OpKind.CONV_FPROP, OpKind.CONV_WGRAD], dynamic=True) == list(GPU_CONV_FLAGS)
     assert engine_flags("llvm-cpu:host", [OpKind.CONV_FPROP]) == []
@@ -251,7 +251,7 @@ def test_built_cuda_conv_plans_carry_their_flags():
 
 def _conv_dispatches(g):
     data = _bytes(g)
-    from lowering.graph_ir import decode_graph
+    from graph_ir.desc import decode_graph
     flags = engine_flags(CUDA, [n.kind for n in decode_graph(data).nodes])
     return re.findall(r"func.func @main_dispatch_\d+_(conv_[0-9x]+)_", _flow(lower(data, target=CUDA).mlir, flags))
 

@@ -20,9 +20,13 @@ LAYERS = {
     "hipdnn_iree.plugins": 3,
     "hipdnn_iree.plugin_sdk": 4,
     "hipdnn_iree.flatbuffers_sdk": 5,
-    "lowering": 6,
+    "lowering": 6,                     # the MLIR emitters
+    "graph_ir": 7,                     # the shared graph IR: descriptors, codec, layouts, shapes
 }
-PACKAGES = ("hipdnn_iree", "lowering")
+PACKAGES = ("hipdnn_iree", "lowering", "graph_ir")
+# Layers that work on graphs without emitting MLIR: they reach the IR through graph_ir only.
+NO_EMITTERS = ("hipdnn_iree", "hipdnn_iree.cli", "hipdnn_iree.cudnn", "hipdnn_iree.frontend",
+               "hipdnn_iree.backend", "hipdnn_iree.plugin_sdk", "hipdnn_iree.flatbuffers_sdk")
 
 
 def _modules() -> dict[str, str]:
@@ -90,6 +94,13 @@ def test_no_upward_imports():
             if theirs < mine:
                 bad.append(f"{m} (layer {mine}) imports {d} (layer {theirs})")
     assert not bad, "upward imports:\n" + "\n".join(sorted(bad))
+
+
+def test_frontends_and_cli_import_no_mlir_emitter():
+    """hd.Graph, the facade, the CLI, the backend and the SDK import nothing of ``lowering``."""
+    bad = sorted(f"{m} imports {d}" for m, deps in _graph().items() if _layer(m)[0] in NO_EMITTERS
+                 for d in deps if _layer(d)[0] == "lowering")
+    assert not bad, "imports of the MLIR emitters:\n" + "\n".join(bad)
 
 
 def test_no_import_cycles():

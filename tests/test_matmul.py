@@ -11,7 +11,7 @@ F, H, B = hd.DataType.FLOAT, hd.DataType.HALF, hd.DataType.BFLOAT16
 
 def _t(dims, transposed=False):
     """Strides for dims, optionally with the last two axes swapped in memory."""
-    from lowering.layout import packed_strides
+    from graph_ir.layout import packed_strides
     if not transposed:
         return list(packed_strides(dims))
     perm = list(range(len(dims) - 2)) + [len(dims) - 1, len(dims) - 2]

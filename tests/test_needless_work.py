@@ -5,11 +5,11 @@ import sys
 import numpy as np
 
 import hipdnn_iree as hd
-from lowering import graph_ir
+from graph_ir import desc as graph_ir
 
 
 def _decode_callers(fn):
-    """Runs ``fn()``; returns the file of each caller of lowering.graph_ir.decode_graph."""
+    """Runs ``fn()``; returns the file of each caller of graph_ir.desc.decode_graph."""
     code, callers = graph_ir.decode_graph.__code__, []
 
     def prof(frame, event, arg):

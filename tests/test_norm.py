@@ -623,7 +623,7 @@ def test_rmsnorm_hipdnn_scale_shapes(cpu, rng, x_dims, s_dims, axes):
 def test_hipdnn_norm_shapes_in_an_imported_graph(cpu, rng):
     """A hipDNN graph (bytes) with layernorm over [B, S, E] by a [1, 1, E] scale, epsilon written
     [1]/[1] and normalized_dim_count 1, as hipDNN's frontend writes it."""
-    from lowering.graph_ir import GraphDesc, LayernormAttrs, NodeDesc, TensorDesc, encode_graph
+    from graph_ir.desc import GraphDesc, LayernormAttrs, NodeDesc, TensorDesc, encode_graph
     t = (TensorDesc(1, "x", int(F), (2, 5, 16), (80, 16, 1)), TensorDesc(2, "s", int(F), (1, 1, 16), (16, 16, 1)),
          TensorDesc(3, "b", int(F), (1, 1, 16), (16, 16, 1)),
          TensorDesc(4, "eps", int(F), (1,), (1,), is_scalar=True, scalar_value=1e-5),
@@ -646,8 +646,8 @@ def test_hipdnn_norm_shapes_in_an_imported_graph(cpu, rng):
 
 def test_norm_scale_shapes_hipdnn_does_not_define_are_refused():
     def ln(s_dims, x_dims=(2, 5, 8), count=0):
-        from lowering.graph_ir import GraphDesc, LayernormAttrs, NodeDesc, TensorDesc, encode_graph
-        from lowering.layout import packed_strides
+        from graph_ir.desc import GraphDesc, LayernormAttrs, NodeDesc, TensorDesc, encode_graph
+        from graph_ir.layout import packed_strides
         t = (TensorDesc(1, "x", int(F), x_dims, packed_strides(x_dims)),
              TensorDesc(2, "s", int(F), s_dims, packed_strides(s_dims)),
              TensorDesc(3, "b", int(F), s_dims, packed_strides(s_dims)),
@@ -666,11 +666,12 @@ def test_norm_scale_shapes_hipdnn_does_not_define_are_refused():
 
 def test_lowering_rejects_bad_graph_bytes():
     """Graphs that reach the lowering as bytes (not through validate) get the same checks."""
-    from lowering import LoweringError, lower
-    from lowering.graph_ir import GraphDesc, LayernormAttrs, NodeDesc, ReductionAttrs, TensorDesc, encode_graph
+    from lowering import lower
+    from graph_ir import LoweringError
+    from graph_ir.desc import GraphDesc, LayernormAttrs, NodeDesc, ReductionAttrs, TensorDesc, encode_graph
 
     def t(uid, dims, **kw):
-        from lowering.layout import packed_strides
+        from graph_ir.layout import packed_strides
         return TensorDesc(uid, f"t{uid}", int(F), tuple(dims), packed_strides(dims), **kw)
 
     eps = TensorDesc(9, "eps", int(F), (), (), is_scalar=True, scalar_value=-2.0)
@@ -687,7 +688,8 @@ def test_lowering_rejects_bad_graph_bytes():
 def test_every_norm_op_is_registered():
     from hipdnn_iree.frontend.ops.registry import FRONTEND_METHODS, INFER
     from hipdnn_iree.plugins.numpy_reference.registry import REFERENCES
-    from lowering import LOWERINGS, OpKind
+    from lowering import LOWERINGS
+    from graph_ir import OpKind
     for kind in (OpKind.REDUCTION, OpKind.BATCHNORM_INFERENCE, OpKind.LAYERNORM, OpKind.RMSNORM):
         assert kind in INFER and kind in LOWERINGS and kind in REFERENCES
         assert callable(getattr(hd.Graph, FRONTEND_METHODS[kind]))

@@ -22,7 +22,7 @@ def test_wheel_contents(wheel):
     import zipfile
     names = zipfile.ZipFile(wheel).namelist()
     for must in ("hipdnn_iree/__init__.py", "hipdnn_iree/flatbuffers_sdk/execution_plan_generated.py",
-                 "hipdnn_iree/plugins/iree_linalg/plugin.py", "lowering/__init__.py", "lowering/_fbs/graph_generated.py",
+                 "hipdnn_iree/plugins/iree_linalg/plugin.py", "lowering/__init__.py", "graph_ir/_fbs/graph_generated.py",
                  "lowering/ops/matmul.py"):
         assert must in names, must
     meta = [n for n in names if n.endswith("entry_points.txt")]

@@ -6,7 +6,7 @@ import pytest
 
 import hipdnn_iree as hd
 from harness import compare_engines, filecheck, lowered_mlir, random_array
-from lowering.ops.pointwise import ARITY
+from graph_ir.ops.pointwise import ARITY
 
 M = hd.PointwiseMode
 F, H, B = hd.DataType.FLOAT, hd.DataType.HALF, hd.DataType.BFLOAT16

@@ -287,7 +287,7 @@ def test_from_json_values_past_int64_are_bad_param(mutate, words):
 
 def test_from_hipdnn_graph_negative_uid_is_bad_param():
     import dataclasses
-    from lowering.graph_ir import encode_graph
+    from graph_ir.desc import encode_graph
     g = _matmul_graph()
     g.validate()
     desc = g._desc

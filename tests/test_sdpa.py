@@ -576,7 +576,8 @@ def test_sdpa_integer_mask_rejected():
 def test_sdpa_registered_everywhere():
     from hipdnn_iree.frontend.ops.registry import FRONTEND_METHODS, INFER
     from hipdnn_iree.plugins.numpy_reference.registry import REFERENCES
-    from lowering import LOWERINGS, OpKind
+    from lowering import LOWERINGS
+    from graph_ir import OpKind
     assert FRONTEND_METHODS[OpKind.SDPA] == "sdpa" and hasattr(hd.Graph, "sdpa")
     assert all(OpKind.SDPA in r for r in (INFER, REFERENCES, LOWERINGS))
 
@@ -630,7 +631,7 @@ def test_sdpa_scale_tensor_python_api(cpu, rng, monkeypatch, how, path):
 
 def test_sdpa_scale_tensor_in_an_imported_hipdnn_graph(cpu, rng):
     """SdpaAttributes.scale_tensor_uid naming a pass-by-value tensor written [1]/[1], as hipDNN writes it."""
-    from lowering.graph_ir import ATTRS_BY_KIND, GraphDesc, NodeDesc, OpKind, TensorDesc, encode_graph
+    from graph_ir.desc import ATTRS_BY_KIND, GraphDesc, NodeDesc, OpKind, TensorDesc, encode_graph
     dims, st = (1, 2, 4, 8), (64, 32, 8, 1)
     t = tuple(TensorDesc(u, n, int(F), dims, st) for u, n in ((Q, "q"), (K, "k"), (V, "v"), (O, "o")))
     t += (TensorDesc(7, "scale", int(F), (1,), (1,), is_scalar=True, scalar_value=0.25),)

@@ -181,7 +181,7 @@ def test_torch_buffers(rng):
 
 def test_nan_where_the_reference_is_finite_fails():
     from hipdnn_iree.plugin_sdk.buffers import BoundTensor
-    from lowering.graph_ir import decode_graph
+    from graph_ir.desc import decode_graph
     g, y = build_mlp()
     g.build_operation_graph(hd.create_handle())
     graph = decode_graph(g.get_op_graph_bytes())

@@ -193,9 +193,9 @@ print("ok", mod.calls["main_static"], mod.calls["main"])
 def test_knob_off_gives_the_single_function_module(handle, rng):
     """SHAPE_SPECIALIZE=OFF: the dynamic lowering exactly as before (one function, no
     specializations in the ABI); a static build ignores the knob (its MLIR unchanged)."""
-    from lowering import decode_graph
+    from graph_ir import decode_graph
     from lowering._lower import lower_graph
-    from lowering.dynamic import analyze
+    from graph_ir.dynamic import analyze
     from lowering.policy import LoweringPolicy
     builder, built, others = FAMILIES["matmul"]
     g, _ = _graph(builder, built)
@@ -326,9 +326,9 @@ def test_a_module_without_the_function_its_abi_names_is_refused(handle):
     from hipdnn_iree.plugins.iree_linalg.context import IreeExecutionContext, specialization_of
     from hipdnn_iree.plugins.iree_linalg.session import IreeSession
     from hipdnn_iree.plugins.iree_linalg.targets import parse_target
-    from lowering import decode_graph
+    from graph_ir import decode_graph
     from lowering._lower import lower_graph
-    from lowering.dynamic import analyze
+    from graph_ir.dynamic import analyze
     assert specialization_of({"specializations": [{"entry": "f", "tensors": [[1, [2], [1]]]}]}) == \
         ("f", {1: ((2,), (1,))})
     raises(S.PLUGIN_ERROR, specialization_of, {"specializations": [{"entry": "f"}]}, match="specializations")

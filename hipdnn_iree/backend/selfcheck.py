@@ -68,7 +68,7 @@ def graph_of(plan):
     data = getattr(plan, "op_graph", None) or getattr(plan.context, "op_graph", None)
     if not data:
         return None
-    from lowering.graph_ir import decode_graph, is_project_graph
+    from graph_ir.desc import decode_graph, is_project_graph
     if not is_project_graph(data):
         # NOTE: releases before 0.3 wrote the graph in this project's own old schema, which the
         # hipDNN schema would misread (dims and strides swap slots): refuse it, never guess.
@@ -95,7 +95,7 @@ def compare(plan, variant_pack) -> list[str]:
     from hipdnn_iree.backend.engines import REFERENCE_ENGINE
     from hipdnn_iree.plugin_sdk.buffers import logical_from_dense, numpy_dtype
     from hipdnn_iree.plugin_sdk.engine_ids import engine_id_from_name
-    from lowering.layout import physical_layout
+    from graph_ir.layout import physical_layout
     tensors = getattr(plan.context, "tensors", None)
     rm = plan.handle.resource_manager
     ref = rm.reference_plugin()

@@ -158,7 +158,7 @@ def _alloc(t, fill=0):
     """A buffer with the tensor's dims laid out with its declared strides."""
     import numpy as np
     from hipdnn_iree.plugin_sdk.buffers import numpy_dtype
-    from lowering.layout import physical_layout
+    from graph_ir.layout import physical_layout
     dt = numpy_dtype(int(t.data_type))
     lay = physical_layout(t.dims, t.strides)
     phys = np.full(lay.phys_shape, fill, dt)
@@ -170,7 +170,7 @@ def _fit_input(t, arr, source: str):
     """``arr`` (logical dims, any layout; or the C-contiguous memory image) as a bindable buffer."""
     import numpy as np
     from hipdnn_iree.plugin_sdk.buffers import numpy_dtype
-    from lowering.layout import physical_layout
+    from graph_ir.layout import physical_layout
     dt = numpy_dtype(int(t.data_type))
     what = f"input uid {t.uid} ('{t.name}') from {source}"
     if arr.dtype != dt:

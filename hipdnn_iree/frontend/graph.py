@@ -16,9 +16,9 @@ from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.frontend.node import _Node
 from hipdnn_iree.frontend.tensor import TensorAttributes
 from hipdnn_iree.plugin_sdk.types import DataType, NormFwdPhase, PointwiseMode, ReductionMode, as_enum
-from lowering.graph_ir import (ABSENT, ATTRS_BY_KIND, GraphDesc, LoweringError, NodeDesc, OpKind, TensorDesc,
+from graph_ir.desc import (ABSENT, ATTRS_BY_KIND, GraphDesc, LoweringError, NodeDesc, OpKind, TensorDesc,
                                encode_graph)
-from lowering.layout import packed_strides, physical_layout
+from graph_ir.layout import packed_strides, physical_layout
 
 # NOTE: no target can address more: x86-64 user space is 2**47 bytes, and GPU virtual address
 # spaces (49 bits) dwarf any device's memory. Larger tensors are refused at validate().
@@ -83,7 +83,7 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
         self._selected = 0
         self._plan: _backend.ExecutionPlanDescriptor | None = None   # the selected plan, once built
         self._preferred: int | None = getattr(self, "_preferred", None)
-        self._shape_spec = None                                    # lowering.dynamic.ShapeSpec once analyzed
+        self._shape_spec = None                                    # graph_ir.dynamic.ShapeSpec once analyzed
 
     # -- state guards --------------------------------------------------------------
     def _check_mutable(self):
@@ -242,7 +242,7 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
         if not self._dynamic:
             return None
         if self._shape_spec is None:
-            from lowering.dynamic import analyze
+            from graph_ir.dynamic import analyze
             try:
                 self._shape_spec = analyze(self._desc)
             except LoweringError as e:
@@ -619,7 +619,7 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
         parses but does not lower are refused later, by ``check_support``, naming each node.
         """
         from hipdnn_iree.frontend.graph_json import graph_from_desc
-        from lowering.graph_ir import decode_graph
+        from graph_ir.desc import decode_graph
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise HipdnnError(Status.BAD_PARAM, f"from_hipdnn_graph: expected bytes, got {type(data).__name__}")
         try:

@@ -22,7 +22,7 @@ type, so loading it gives back the same canonical graph FlatBuffer bytes. Format
       ]
     }
 
-- ``op`` is an :class:`lowering.graph_ir.OpKind` name (one per hipDNN node type); ``inputs``/``outputs`` map the op's
+- ``op`` is an :class:`graph_ir.desc.OpKind` name (one per hipDNN node type); ``inputs``/``outputs`` map the op's
   tensor fields (the attributes' ``*_uid`` fields without ``_uid``) to tensor uids; an
   unconnected optional input is left out.
 - ``attrs`` holds the op's other fields under their schema names: enums by name
@@ -43,7 +43,7 @@ import numbers
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.plugin_sdk import types as _types
 from hipdnn_iree.plugin_sdk.types import DataType
-from lowering.graph_ir import ABSENT, ATTRS_BY_KIND, GraphDesc, NodeDesc, OpKind, TensorDesc
+from graph_ir.desc import ABSENT, ATTRS_BY_KIND, GraphDesc, NodeDesc, OpKind, TensorDesc
 
 FORMAT = "hipdnn-iree.graph"
 # History: 1 (2026-11-29) first layout (module docstring).

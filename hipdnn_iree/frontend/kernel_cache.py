@@ -2,7 +2,7 @@
 
 As cuDNN frontend's kernel cache: a graph with ``set_kernel_cache(kc)`` (dynamic shapes, which it
 implies) looks its compiled module up here before compiling, under a key that leaves out the dims
-that may vary (lowering/dynamic.py says which). A graph of the same ops, types, fixed dims, layouts
+that may vary (graph_ir/dynamic.py says which). A graph of the same ops, types, fixed dims, layouts
 and engine config at other batch sizes or sequence lengths then builds without compiling.
 
 The cache is engine-agnostic: engines store what they like under their own keys. It lives in

@@ -105,7 +105,7 @@ class PlanOps:
             raise HipdnnError(Status.NOT_INITIALIZED, "call create_execution_plans() first")
         rm = self._handle.resource_manager
         if not self._plans:
-            from lowering.graph_ir import unsupported_reason
+            from graph_ir.desc import unsupported_reason
             kinds = sorted({n.kind.name for n in self._nodes})
             why = unsupported_reason(self._desc) if self._desc is not None else None
             raise HipdnnError(Status.NOT_SUPPORTED, f"no loaded engine supports graph '{self.name}' (ops: {kinds})"

@@ -89,7 +89,7 @@ class TensorAttributes:
 
     def get_stride(self):
         if self._stride is None and self._dim is not None:
-            from lowering.layout import packed_strides
+            from graph_ir.layout import packed_strides
             return list(packed_strides(self._dim))
         return None if self._stride is None else list(self._stride)
 

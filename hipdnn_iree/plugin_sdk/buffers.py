@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
-from lowering._emit import ELEMENT_TYPES
-from lowering.layout import Layout, LoweringError, physical_layout
+from graph_ir.dtypes import ELEMENT_TYPES
+from graph_ir.layout import Layout, LoweringError, physical_layout
 
 
 @functools.lru_cache(maxsize=1)
@@ -260,7 +260,7 @@ def _obj_strides(obj, shape):
     st, item = getattr(obj, "strides", None), getattr(getattr(obj, "dtype", None), "itemsize", None)
     if st is not None and item:                       # cupy / numpy-like: bytes
         return tuple(int(s) // item for s in st)
-    from lowering.layout import packed_strides
+    from graph_ir.layout import packed_strides
     return packed_strides(shape)                      # jax and friends: always dense row-major
 
 
@@ -320,7 +320,7 @@ def bind_device_pack(tensors: list[BoundTensor], variant_pack, driver: str) -> d
             raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer has dtype {_dtype_name(obj)}, the plan needs {t.dtype.name}")
         lay = t.layout
         shape = tuple(int(d) for d in obj.shape)
-        from lowering.layout import packed_strides
+        from graph_ir.layout import packed_strides
         strides = _obj_strides(obj, shape)
         bad = ([a for a in range(len(shape)) if t.dims[a] > 1 and strides[a] != t.strides[a]]
                if shape == t.dims else None)

@@ -1,6 +1,6 @@
 """Override shapes at execute time: the tensors a dynamic plan binds for one call.
 
-An engine whose plan takes other shapes (``ShapeSpec``, lowering/dynamic.py) asks
+An engine whose plan takes other shapes (``ShapeSpec``, graph_ir/dynamic.py) asks
 :func:`resolve_tensors` for the call's tensors: the dims of every bound tensor, from the
 override shapes given for some uids and the buffers' own shapes for the others, checked by the
 spec (fixed dims, shared symbols, derived dims), with strides packed in the plan's memory order.
@@ -32,7 +32,7 @@ def resolve_tensors(spec, tensors: list[BoundTensor], variant_pack, overrides: d
     new dims (``spec.strides_for``); override strides that differ are BAD_PARAM (naming the uid),
     as are shapes the spec refuses (naming the uid, the dim and what the plan allows).
     """
-    from lowering.graph_ir import LoweringError
+    from graph_ir.desc import LoweringError
     overrides = overrides or {}
     shapes, alt = {}, {}
     for t in tensors:

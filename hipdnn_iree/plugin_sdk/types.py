@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 
-from lowering._fbs import graph_generated as _g
+from graph_ir._fbs import graph_generated as _g
 
 
 class NamedIntEnum(enum.IntEnum):

@@ -32,14 +32,14 @@ takes them (channels-first/last named ops, grouped, depthwise, 3-D as 2-D convs,
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 from lowering._context import LowerContext
 from lowering._emit import FLOAT_TYPES, Emitter, Sym, Value, is_static, tensor_type
-from lowering._fbs.graph_generated import DataType
+from graph_ir._fbs.graph_generated import DataType
 from lowering._registry import register_lowering
-from lowering.graph_ir import LoweringError, NodeDesc, OpKind
+from graph_ir.desc import LoweringError, NodeDesc, OpKind
+from graph_ir.ops.conv import ConvParams, check_forward, forward_shape
 
 _NAMED = {1: "linalg.conv_1d_ncw_fcw", 2: "linalg.conv_2d_nchw_fchw", 3: "linalg.conv_3d_ncdhw_fcdhw"}
 _NAMED_GROUPED = {2: "linalg.conv_2d_ngchw_gfchw"}  # input [N,G,C,H,W], filter [G,F,C,R,S], out [N,G,F,H,W]
@@ -56,107 +56,18 @@ _DEPTHWISE_CL_M = {1: "linalg.depthwise_conv_1d_nwc_wcm", 2: "linalg.depthwise_c
 # ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ConvParams:
-    """Spatial attributes of one convolution, one value per spatial axis."""
-
-    pre: tuple[int, ...]
-    post: tuple[int, ...]
-    stride: tuple[int, ...]
-    dilation: tuple[int, ...]
-
-    @property
-    def rank(self) -> int:
-        return len(self.stride)
 
 
-_PARAM_FIELDS = (("pre_padding", "pre", 0, 0), ("post_padding", "post", 0, 0),
-                 ("stride", "stride", 1, 1), ("dilation", "dilation", 1, 1))
 
 
-def conv_params(attrs, rank: int) -> ConvParams:
-    """Normalized spatial attributes; an empty tuple means the default (0 pads, 1 stride/dilation).
-
-    Raises:
-        LoweringError: naming the field and its value when a length or value is wrong.
-
-    Example:
-        >>> from lowering.graph_ir import ConvFpropAttrs
-        >>> conv_params(ConvFpropAttrs(1, 2, 3, (1, 0), (1, 0), (), ()), 2).stride
-        (1, 1)
-    """
-    out = {}
-    for field, key, default, low in _PARAM_FIELDS:
-        v = tuple(int(e) for e in getattr(attrs, field))
-        if not v:
-            v = (default,) * rank
-        if len(v) != rank:
-            raise LoweringError(f"field '{field}' value {list(v)}: needs {rank} values, one per spatial dim "
-                                f"of the {rank}-D convolution")
-        if any(e < low for e in v):
-            raise LoweringError(f"field '{field}' value {list(v)}: every entry must be >= {low}")
-        out[key] = v
-    return ConvParams(**out)
 
 
-def conv_out_size(size: int, pre: int, post: int, kernel: int, stride: int, dilation: int) -> int:
-    """Output length of one spatial axis (may be <= 0 when the kernel does not fit)."""
-    return (size + pre + post - dilation * (kernel - 1) - 1) // stride + 1
 
 
-def spatial_rank(dims: Sequence[int], field: str) -> int:
-    """Spatial rank of a ``[N, C, *spatial]`` tensor (1 to 3); raises LoweringError otherwise."""
-    if not 3 <= len(dims) <= 5:
-        raise LoweringError(f"field '{field}' dims {list(dims)}: a convolution operand needs rank 3, 4 or 5 "
-                            f"([N, C, *spatial] with 1-3 spatial dims), got rank {len(dims)}")
-    return len(dims) - 2
 
 
-def forward_shape(x: Sequence[int], w: Sequence[int], attrs) -> tuple[tuple[int, ...], ConvParams, int]:
-    """Checks x/w/attributes of the forward convolution; returns ``(y dims, params, groups)``.
-
-    Example:
-        >>> from lowering.graph_ir import ConvFpropAttrs
-        >>> forward_shape((2, 8, 10, 10), (6, 4, 3, 3), ConvFpropAttrs(1, 2, 3, (1, 1), (1, 1), (2, 2), ()))[0]
-        (2, 6, 5, 5)
-    """
-    rank = spatial_rank(x, "x_uid")
-    if len(w) != len(x):
-        raise LoweringError(f"field 'w_uid' dims {list(w)} (rank {len(w)}) must have the rank of "
-                            f"x dims {list(x)} (rank {len(x)})")
-    p = conv_params(attrs, rank)
-    n, c, k, cg = x[0], x[1], w[0], w[1]
-    if c % cg:
-        raise LoweringError(f"field 'w_uid' dims {list(w)}: x has {c} channels, not divisible "
-                            f"into groups of w.dims[1] = {cg} channels")
-    groups = c // cg
-    if k % groups:
-        raise LoweringError(f"field 'w_uid' dims {list(w)}: {k} output channels (w.dims[0]) are not "
-                            f"divisible by the {groups} groups (= {c} channels / {cg})")
-    out = []
-    for i in range(rank):
-        o = conv_out_size(x[2 + i], p.pre[i], p.post[i], w[2 + i], p.stride[i], p.dilation[i])
-        if o < 1:
-            raise LoweringError(f"field 'w_uid' dims {list(w)}: kernel extent "
-                                f"{p.dilation[i] * (w[2 + i] - 1) + 1} (dilation {p.dilation[i]}) exceeds the "
-                                f"padded input {x[2 + i] + p.pre[i] + p.post[i]} on spatial axis {i}")
-        out.append(o)
-    return (n, k, *out), p, groups
 
 
-def check_forward(x: Sequence[int], w: Sequence[int], y: Sequence[int], attrs, given: str) -> tuple[ConvParams, int]:
-    """Checks that x, w and y form one convolution; ``given`` names the field whose dims the caller
-    set (dx or dw) for the error message. Returns ``(params, groups)``."""
-    mine = x if given == "x_uid" else w
-    conv_params(attrs, spatial_rank(y, "y_uid"))
-    try:
-        want, p, groups = forward_shape(x, w, attrs)
-    except LoweringError as e:
-        raise LoweringError(f"field '{given}' dims {list(mine)} do not fit the operands: {e}") from None
-    if tuple(y) != want:
-        raise LoweringError(f"field '{given}' dims {list(mine)} do not fit: the forward convolution of "
-                            f"x {list(x)} with w {list(w)} gives y {list(want)}, but dy is {list(y)}")
-    return p, groups
 
 
 # ---------------------------------------------------------------------------
@@ -312,7 +223,7 @@ def _barrier(em: Emitter, v: Value) -> Value:
     """``util.optimization_barrier``: IREE fuses nothing across it, so the relayout that produced
     ``v`` runs in a dispatch of its own instead of inside the convolution's.
 
-    NOTE: left out for a value with dynamic dims (lowering/dynamic.py): IREE 3.13 cannot resolve
+    NOTE: left out for a value with dynamic dims (graph_ir/dynamic.py): IREE 3.13 cannot resolve
     ``tensor.dim`` through the barrier ("dynamic dimensions must have been resolved prior to leaving
     the flow dialect"), so the relayout may fuse into the convolution there."""
     if not is_static(v.shape):
@@ -650,7 +561,7 @@ def lower_conv_fprop(ctx: LowerContext, node: NodeDesc) -> None:
 
 def _conv_dynamic_spatial(node: NodeDesc, em: Emitter, x: Value, w: Value, groups: int, p: ConvParams,
                           out_sp: Sequence, acc: str, pol) -> Value:
-    """conv_fprop whose H/W vary (lowering/dynamic.py, ``conv_spatial``): ungrouped 2-D only. The input is
+    """conv_fprop whose H/W vary (graph_ir/dynamic.py, ``conv_spatial``): ungrouped 2-D only. The input is
     padded by the whole pre/post padding (a named conv reads the rows it needs of a larger input), in the
     channels-last form on CPUs and the channels-first form elsewhere, as the static lowering chooses."""
     if groups != 1 or p.rank != 2:

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from lowering._context import LowerContext
 from lowering._emit import FLOAT_TYPES, Value, dyn_operands
-from lowering._fbs.graph_generated import PointwiseMode
-from lowering._fbs.graph_generated import DataType
+from graph_ir._fbs.graph_generated import PointwiseMode
+from graph_ir._fbs.graph_generated import DataType
 from lowering._registry import register_lowering
-from lowering.graph_ir import LoweringError, NodeDesc, OpKind
-from lowering.ops.pointwise import broadcast_shape
+from graph_ir.desc import LoweringError, NodeDesc, OpKind
+from graph_ir.ops.matmul import matmul_shape
 
 _MMA_ELEMS = ("f16", "bf16")   # element types IREE's CUDA codegen sends to mma.sync
 
@@ -72,14 +72,6 @@ def propagation_barrier(em, v: Value) -> Value:
     return Value(name, v.shape, v.elem)
 
 
-def matmul_shape(a: tuple, b: tuple, name: str = "matmul") -> tuple[int, ...]:
-    if len(a) < 2 or len(b) < 2:
-        raise LoweringError(f"matmul '{name}': operands need rank >= 2, got {list(a)} and {list(b)}")
-    if a[-1] != b[-2]:
-        raise LoweringError(f"matmul '{name}': inner dims differ: A is {list(a)} and B is {list(b)} "
-                            f"(A[-1]={a[-1]} vs B[-2]={b[-2]})")
-    batch = broadcast_shape([a[:-2], b[:-2]]) if (a[:-2] or b[:-2]) else ()
-    return tuple(batch) + (a[-2], b[-1])
 
 
 def _widened_from(ctx: LowerContext, uid: int) -> str | None:

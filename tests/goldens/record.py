@@ -17,7 +17,7 @@ It writes, next to this file:
   a file; the run uses an empty compile cache, whose hits would skip lowering): the run of the whole
   test suite (``tests/``, which runs every sample under ``samples/`` through tests/test_samples.py in
   subprocesses that inherit the variable), plus each builder of builders.py lowered for three targets
-  (statically, and dynamically with ``lowering.dynamic.analyze``'s spec). Deduplicated by (graph
+  (statically, and dynamically with ``graph_ir.dynamic.analyze``'s spec). Deduplicated by (graph
   bytes, lowered GraphDesc, target, policy, shape spec, specialize); each kept record is replayed
   here and keeps the recorded outcome that replay reproduces (records made under a test's
   monkeypatch of the lowering are dropped and reported).
@@ -71,8 +71,9 @@ def record_builders(raw: str) -> dict:
     """Lowers every builder's bytes (recorded into ``raw``); returns name -> graph-bytes sha256."""
     sys.path.insert(0, HERE)
     import builders
-    from lowering import decode_graph, lower
-    from lowering.dynamic import analyze
+    from lowering import lower
+    from graph_ir import decode_graph
+    from graph_ir.dynamic import analyze
     _register_sink()
     old = os.environ.get(ENV)
     os.environ[ENV] = raw
@@ -146,7 +147,7 @@ def record_errors() -> dict:
 
 
 def summary(recs: list) -> dict:
-    from lowering import decode_graph
+    from graph_ir import decode_graph
     kinds, targets, sources, errors, policies, dynamic = set(), set(), {}, 0, set(), 0
     for r in recs:
         targets.add(r["target"])

@@ -17,9 +17,9 @@ def load_lowerings(path: str | None = None) -> list[dict]:
 
 def replay(rec: dict) -> dict:
     """The outcome of re-lowering ``rec``: ``{"sha256": ...}`` of the MLIR text or ``{"error": ...}``."""
-    from lowering import decode_graph
+    from graph_ir import decode_graph
     from lowering._lower import lower_graph
-    from lowering.dynamic import ShapeSpec
+    from graph_ir.dynamic import ShapeSpec
     from lowering.policy import LoweringPolicy
     graph = None if rec["graph"] is None else base64.b64decode(rec["graph"])
     policy = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from hipdnn_iree.frontend.ops.registry import bad, register_frontend, register_infer
-from lowering.graph_ir import LoweringError, NodeDesc, OpKind
+from graph_ir.desc import LoweringError, NodeDesc, OpKind
 
 register_frontend(OpKind.MATMUL, "matmul")
 register_frontend(OpKind.POINTWISE, "pointwise")
@@ -12,7 +12,7 @@ register_frontend(OpKind.POINTWISE, "pointwise")
 
 @register_infer(OpKind.MATMUL)
 def infer_matmul(node: NodeDesc, dims) -> dict:
-    from lowering.ops.matmul import matmul_shape
+    from graph_ir.ops.matmul import matmul_shape
     at = node.attrs
     try:
         return {at.c_uid: matmul_shape(dims(at.a_uid), dims(at.b_uid), node.name)}
@@ -22,7 +22,7 @@ def infer_matmul(node: NodeDesc, dims) -> dict:
 
 @register_infer(OpKind.POINTWISE)
 def infer_pointwise(node: NodeDesc, dims) -> dict:
-    from lowering.ops.pointwise import ARITY, broadcast_shape
+    from graph_ir.ops.pointwise import ARITY, broadcast_shape
     from hipdnn_iree.plugin_sdk.types import PointwiseMode
     at = node.attrs
     mode = at.operation

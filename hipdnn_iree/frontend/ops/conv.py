@@ -10,7 +10,7 @@ import numbers
 from hipdnn_iree.frontend.ops.registry import bad, register_frontend, register_infer
 from hipdnn_iree.frontend.tensor import INT64_MAX, INT64_MIN
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
-from lowering.graph_ir import LoweringError, NodeDesc, OpKind
+from graph_ir.desc import LoweringError, NodeDesc, OpKind
 
 
 def _int_tuple(op: str, field: str, value, rank: int | None) -> tuple[int, ...]:
@@ -184,7 +184,7 @@ def _same_rank(a, a_field: str, b, b_field: str) -> None:
 @register_infer(OpKind.CONV_FPROP)
 def infer_conv_fprop(node: NodeDesc, dims) -> dict:
     """Checks x, w and the attributes; returns y's dims."""
-    from lowering.ops.conv import forward_shape
+    from graph_ir.ops.conv import forward_shape
     at = node.attrs
     try:
         y, _, _ = forward_shape(dims(at.x_uid), dims(at.w_uid), at)
@@ -196,7 +196,7 @@ def infer_conv_fprop(node: NodeDesc, dims) -> dict:
 @register_infer(OpKind.CONV_DGRAD)
 def infer_conv_dgrad(node: NodeDesc, dims) -> dict:
     """Checks dy, w and the attributes (and dx's dims when set); dx cannot be inferred."""
-    from lowering.ops.conv import check_forward, conv_params, spatial_rank
+    from graph_ir.ops.conv import check_forward, conv_params, spatial_rank
     at = node.attrs
     dy, w = dims(at.y_uid), dims(at.w_uid)
     dx = _given(dims, at.x_uid)
@@ -217,7 +217,7 @@ def infer_conv_dgrad(node: NodeDesc, dims) -> dict:
 @register_infer(OpKind.CONV_WGRAD)
 def infer_conv_wgrad(node: NodeDesc, dims) -> dict:
     """Checks dy, x and the attributes (and dw's dims when set); dw cannot be inferred."""
-    from lowering.ops.conv import check_forward, conv_params, spatial_rank
+    from graph_ir.ops.conv import check_forward, conv_params, spatial_rank
     at = node.attrs
     dy, x = dims(at.y_uid), dims(at.x_uid)
     dw = _given(dims, at.w_uid)

@@ -14,8 +14,8 @@ from hipdnn_iree.frontend.ops.registry import bad, register_frontend, register_i
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.frontend.tensor import TensorAttributes
 from hipdnn_iree.plugin_sdk.types import NormFwdPhase, ReductionMode, as_enum
-from lowering.graph_ir import LoweringError, NodeDesc, OpKind
-from lowering.ops.norm import (check_batchnorm, check_epsilon, check_layernorm, check_reduction_mode,
+from graph_ir.desc import LoweringError, NodeDesc, OpKind
+from graph_ir.ops.norm import (check_batchnorm, check_epsilon, check_layernorm, check_reduction_mode,
                                check_rmsnorm, reduced_axes, x_dims)
 
 

@@ -11,7 +11,7 @@ import functools
 from typing import Callable
 
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
-from lowering.graph_ir import LoweringError, NodeDesc, OpKind
+from graph_ir.desc import LoweringError, NodeDesc, OpKind
 
 INFER: dict[OpKind, Callable] = {}
 # op kind -> name of the Graph method that adds it (checked by the op-completeness test)
@@ -67,7 +67,7 @@ def _outputs_as_declared(node: NodeDesc, dims) -> dict:
 
 
 def _register_parse_only() -> None:
-    from lowering.graph_ir import LOWERED_KINDS
+    from graph_ir.desc import LOWERED_KINDS
     for kind in OpKind:
         if kind not in LOWERED_KINDS:
             INFER.setdefault(kind, _checking_int64(_outputs_as_declared))

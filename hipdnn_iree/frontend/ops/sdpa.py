@@ -12,7 +12,7 @@ from hipdnn_iree.frontend.ops.registry import bad, register_frontend, register_i
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.frontend.tensor import TensorAttributes
 from hipdnn_iree.plugin_sdk.types import DataType
-from lowering.graph_ir import ABSENT, LoweringError, NodeDesc, OpKind
+from graph_ir.desc import ABSENT, LoweringError, NodeDesc, OpKind
 
 _FLOAT_COMPUTE = (DataType.NOT_SET, DataType.FLOAT, DataType.HALF, DataType.BFLOAT16, DataType.DOUBLE)
 
@@ -88,7 +88,7 @@ register_frontend(OpKind.SDPA, "sdpa")
 @register_infer(OpKind.SDPA)
 def infer_sdpa(node: NodeDesc, dims) -> dict:
     """Checks q/k/v/mask dims, attn_scale and the compute type; returns o's dims."""
-    from lowering.ops.sdpa import check_scale_dims, mask_broadcasts, sdpa_shape
+    from graph_ir.ops.sdpa import check_scale_dims, mask_broadcasts, sdpa_shape
     at = node.attrs
     q, k, v = dims(at.q_uid), dims(at.k_uid), dims(at.v_uid)
     try:

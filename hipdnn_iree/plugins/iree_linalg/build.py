@@ -18,8 +18,9 @@ from hipdnn_iree.plugins.iree_linalg.context import IreeExecutionContext, tensor
 from hipdnn_iree.plugins.iree_linalg.knobs import GraphSummary, Resolved, resolve, shape_specialize
 from hipdnn_iree.plugins.iree_linalg.session import IreeSession
 from hipdnn_iree.plugins.iree_linalg.targets import Target
-from lowering import LOWERINGS, LoweringError, decode_graph
-from lowering.graph_ir import GraphDesc, unsupported_reason
+from lowering import LOWERINGS
+from graph_ir import LoweringError, decode_graph
+from graph_ir.desc import GraphDesc, unsupported_reason
 
 _LOWERING_STATUS = {"unsupported": Status.NOT_SUPPORTED, "internal": Status.INTERNAL_ERROR}
 
@@ -113,7 +114,7 @@ def source_text(op_graph: bytes, target: str, dynamic=None) -> str:
 def _spec(dynamic):
     if not dynamic:
         return None
-    from lowering.dynamic import ShapeSpec
+    from graph_ir.dynamic import ShapeSpec
     try:
         return ShapeSpec.from_json(dynamic["shape_spec"])
     except (LoweringError, KeyError, TypeError, ValueError) as e:
@@ -126,7 +127,7 @@ def topology_key(desc: GraphDesc, spec) -> str:
     (strides of strided views), scalar values. Graph, node and tensor names are left out."""
     import hashlib
     from dataclasses import replace as _replace
-    from lowering.layout import physical_layout
+    from graph_ir.layout import physical_layout
     varying = {int(u): set(d) for u, d in spec.varying().items()}
     tensors = []
     for t in desc.tensors:

@@ -32,7 +32,7 @@ class IreeExecutionContext:
     policy: object = None            # built plans: the LoweringPolicy the module was lowered under
     engine_name: str = "IREE_LINALG"  # the engine config the plan was built with (travels in FUSPLAN)
     knobs: dict = field(default_factory=dict)
-    shape_spec: object = None        # dynamic plans: lowering.dynamic.ShapeSpec (which dims vary)
+    shape_spec: object = None        # dynamic plans: graph_ir.dynamic.ShapeSpec (which dims vary)
     override: bool = False           # execute takes other shapes (plugin_sdk/shapes.py resolves them)
     # specialized dynamic plans: (function name, {uid: (dims, strides)}): the static function of the
     # module's build shape, run when every bound tensor has exactly those (run.entry_for); from the ABI

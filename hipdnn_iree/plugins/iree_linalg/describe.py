@@ -77,7 +77,7 @@ class PlanInfo:
         if not text:
             return None
         try:
-            from lowering.dynamic import ShapeSpec
+            from graph_ir.dynamic import ShapeSpec
             spec = ShapeSpec.from_json(text)
             varying = {int(u): sorted(int(d) for d in ds) for u, ds in spec.varying().items()}
             allowed = {}
@@ -174,13 +174,13 @@ def describe_payload(env, file_bytes: int, engine_name: str, legacy: bool, verif
 
 def _read_graph(info: PlanInfo, graph: bytes) -> None:
     """A kind-1 plan: the hipDNN graph it holds (compiled when restored); tensors as the ABI would list them."""
-    from lowering.graph_ir import TABLE_NAMES, LoweringError, decode_graph
+    from graph_ir.desc import TABLE_NAMES, LoweringError, decode_graph
     try:
         desc = decode_graph(graph)
     except LoweringError as e:
         raise HipdnnError(Status.PLUGIN_ERROR, f"plugin payload: FUSPLAN kind 1: the hipDNN graph it holds cannot "
                                                f"be read: {e}") from None
-    from lowering._dtypes import data_type_name
+    from graph_ir.dtypes import data_type_name
     produced = desc.output_uids()
     info.graph = {"name": desc.name, "bytes": len(graph),
                   "nodes": [{"name": n.name, "type": TABLE_NAMES.get(int(n.kind), str(int(n.kind)))}

@@ -6,7 +6,7 @@ a :class:`Resolved` (``LoweringPolicy`` + compiler flags), is what the compile c
 two configs that resolve alike share one module and two that differ never do.
 
 Example:
-    >>> from lowering.graph_ir import OpKind
+    >>> from graph_ir.desc import OpKind
     >>> s = GraphSummary(kinds=frozenset({OpKind.SDPA}), has_double=False, conv_ranks=(), f32_only=True)
     >>> resolve(parse_target("llvm-cpu:host"), s, {}).policy.sdpa_fused
     False
@@ -24,7 +24,7 @@ from hipdnn_iree.plugin_sdk.engine_config import HeurMode, Knob
 from hipdnn_iree.plugins.iree_linalg.targets import (CPU_CONV1D_FLAGS, CPU_FLAGS, DOUBLE_FLAG, GPU_CONV_FLAGS, Target,
                                                      parse_target)  # noqa: F401  (parse_target: doctest)
 from hipdnn_iree.plugin_sdk.types import DataType
-from lowering.graph_ir import GraphDesc, OpKind
+from graph_ir.desc import GraphDesc, OpKind
 from lowering.policy import LoweringPolicy
 
 AUTO = "AUTO"
@@ -224,7 +224,7 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
         # conv_dgrad was right only without it (targets.GPU_CONV_FLAGS). AUTO keeps that rule.
         auto = (bool(kinds & {OpKind.CONV_FPROP, OpKind.CONV_WGRAD})
                 and (OpKind.CONV_DGRAD not in kinds or OpKind.CONV_FPROP in kinds))
-        # NOTE: the pass fails on a conv_wgrad with a dynamic N (lowering/dynamic.py lets N vary for wgrad
+        # NOTE: the pass fails on a conv_wgrad with a dynamic N (graph_ir/dynamic.py lets N vary for wgrad
         # when the graph has no conv_fprop): such dynamic builds compile without it
         if dynamic and OpKind.CONV_FPROP not in kinds:
             auto = False

@@ -143,9 +143,10 @@ def graph_from_serialized(session: IreeSession, serialized, plan_info=None) -> b
 def kind1_graph(session: IreeSession, plan, info: dict, lower: bool = True) -> bytes:
     """The checked graph of a kind-1 plan. ``lower``: also lower it once without the compiler (the
     refusals of a graph this engine cannot compile, where no build follows)."""
-    from lowering import LOWERINGS, LoweringError, decode_graph
+    from lowering import LOWERINGS
+    from graph_ir import LoweringError, decode_graph
     from lowering._lower import lower_graph
-    from lowering.graph_ir import unsupported_reason
+    from graph_ir.desc import unsupported_reason
     what = "FUSPLAN payload_kind 1 (hipDNN graph FlatBuffer)"
     graph = bytes(plan.body)
     try:
@@ -284,8 +285,8 @@ def restore(session: IreeSession, serialized, plan_info=None) -> IreeExecutionCo
                 raise HipdnnError(Status.PLUGIN_ERROR, "FUSPLAN metadata engine_knobs is not a JSON object")
             ctx.knobs = knobs
         if meta.shape_spec:
-            from lowering.dynamic import ShapeSpec
-            from lowering.graph_ir import LoweringError
+            from graph_ir.dynamic import ShapeSpec
+            from graph_ir.desc import LoweringError
             try:
                 ctx.shape_spec = ShapeSpec.from_json(meta.shape_spec)
             except (LoweringError, ValueError, KeyError, TypeError) as e:

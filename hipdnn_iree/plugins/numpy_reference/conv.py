@@ -18,7 +18,7 @@ import itertools
 import numpy as np
 
 from hipdnn_iree.plugins.numpy_reference.registry import register_reference
-from lowering.graph_ir import NodeDesc, OpKind
+from graph_ir.desc import NodeDesc, OpKind
 
 
 def _geometry(at, rank: int):

@@ -10,7 +10,7 @@ import numpy as np
 
 from hipdnn_iree.plugin_sdk.types import NormFwdPhase, ReductionMode as R
 from hipdnn_iree.plugins.numpy_reference.registry import register_reference
-from lowering.graph_ir import ABSENT, NodeDesc, OpKind
+from graph_ir.desc import ABSENT, NodeDesc, OpKind
 
 
 def _f64(x) -> np.ndarray:

@@ -14,7 +14,7 @@ from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.plugin_sdk.version import __version__
 from hipdnn_iree.plugins.numpy_reference import conv, norm, pointwise, sdpa  # noqa: F401  (register)
 from hipdnn_iree.plugins.numpy_reference.registry import REFERENCES
-from lowering.graph_ir import GraphDesc, LoweringError, decode_graph
+from graph_ir.desc import GraphDesc, LoweringError, decode_graph
 
 ENGINE_NAME = "NUMPY_REFERENCE"
 ENGINE_ID = engine_id_from_name(ENGINE_NAME)
@@ -24,7 +24,7 @@ ENGINE_ID = engine_id_from_name(ENGINE_NAME)
 class ReferenceContext:
     graph: GraphDesc
     tensors: list[BoundTensor]
-    shape_spec: object = None      # dynamic builds: lowering.dynamic.ShapeSpec
+    shape_spec: object = None      # dynamic builds: graph_ir.dynamic.ShapeSpec
     override: bool = False         # execute takes other shapes (it just runs at them)
 
 
@@ -70,7 +70,7 @@ def at_dims(g: GraphDesc, dims: dict) -> GraphDesc:
     """``g`` with the bound tensors at ``dims`` (uid -> dims; packed in their memory order) and its
     virtual tensors' dims unknown (empty: the references take them from their values)."""
     from dataclasses import replace
-    from lowering.layout import physical_layout
+    from graph_ir.layout import physical_layout
     tensors = []
     for t in g.tensors:
         if t.uid in dims and tuple(dims[t.uid]) != tuple(t.dims):
@@ -122,7 +122,7 @@ class NumpyReferencePlugin:
             g = decode_graph(op_graph)
         except LoweringError:
             return []
-        from lowering.graph_ir import unsupported_reason
+        from graph_ir.desc import unsupported_reason
         ok = all(n.kind in REFERENCES for n in g.nodes) and unsupported_reason(g, tuple(REFERENCES)) is None
         return [ENGINE_ID] if ok else []
 
@@ -143,7 +143,7 @@ class NumpyReferencePlugin:
                 except LoweringError as e:
                     raise HipdnnError(Status.BAD_PARAM, f"NUMPY_REFERENCE: {e}") from None
         if dynamic:
-            from lowering.dynamic import ShapeSpec
+            from graph_ir.dynamic import ShapeSpec
             try:
                 ctx.shape_spec = ShapeSpec.from_json(dynamic["shape_spec"])
             except (LoweringError, KeyError, TypeError) as e:

@@ -10,7 +10,7 @@ import numpy as np
 
 from hipdnn_iree.plugin_sdk.types import PointwiseMode as M
 from hipdnn_iree.plugins.numpy_reference.registry import register_reference
-from lowering.graph_ir import NodeDesc, OpKind
+from graph_ir.desc import NodeDesc, OpKind
 
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from lowering.graph_ir import OpKind
+from graph_ir.desc import OpKind
 
 REFERENCES: dict[OpKind, Callable] = {}
 

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from hipdnn_iree.plugins.numpy_reference.registry import register_reference
-from lowering.graph_ir import ABSENT, LoweringError, NodeDesc, OpKind
+from graph_ir.desc import ABSENT, LoweringError, NodeDesc, OpKind
 
 
 def sdpa(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float | None = None, is_causal: bool = False,

@@ -25,7 +25,7 @@ Rules (per op; dims that must be equal across tensors are unified into one class
 A class varies if an op says it varies and none says it is fixed.
 
 Example:
-    >>> from lowering.dynamic import analyze                     # doctest: +SKIP
+    >>> from graph_ir.dynamic import analyze                     # doctest: +SKIP
     >>> spec = analyze(graph)
     >>> spec.varying()                                           # doctest: +SKIP
     {1: [0, 1], 3: [0, 1]}
@@ -36,8 +36,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from lowering.graph_ir import ABSENT, GraphDesc, LoweringError, OpKind
-from lowering.layout import physical_layout
+from graph_ir.desc import ABSENT, GraphDesc, LoweringError, OpKind
+from graph_ir.layout import physical_layout
 
 SPEC_VERSION = 1
 
@@ -388,7 +388,7 @@ def _batchnorm(f: _Facts, node):
 
 
 def _rownorm(f: _Facts, node):
-    from lowering.ops.norm import norm_axes
+    from graph_ir.ops.norm import norm_axes
     at = node.attrs
     x = f.dims(at.x_uid)
     scale = f.dims(at.scale_uid)
@@ -451,7 +451,7 @@ def _sdpa(f: _Facts, node):
 
 
 def _conv(f: _Facts, node, conv_spatial: bool, wgrad_n: bool = True):
-    from lowering.ops.conv import conv_params
+    from graph_ir.ops.conv import conv_params
     at = node.attrs
     x, w, y = at.x_uid, at.w_uid, at.y_uid
     dx, dw = f.dims(x), f.dims(w)

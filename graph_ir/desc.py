@@ -23,8 +23,8 @@ from typing import ClassVar
 
 import flatbuffers
 
-from lowering._fbs import graph_generated as G
-from lowering._fbs import graph_tables as T
+from graph_ir._fbs import graph_generated as G
+from graph_ir._fbs import graph_tables as T
 
 # Graphs this project writes carry these bytes in the FlatBuffer file-identifier slot. hipDNN's
 # schema declares no file_identifier, so hipDNN's readers ignore them; this project uses them to
@@ -79,7 +79,7 @@ class OpKind(enum.IntEnum):
     MOE_GROUPED_MATMUL_BWD = _NA.MoeGroupedMatmulBwdAttributes
 
 
-# NodeAttributes tag -> schema table name (lowering/_fbs/graph_tables.py, generated from graph.fbs)
+# NodeAttributes tag -> schema table name (graph_ir/_fbs/graph_tables.py, generated from graph.fbs)
 TABLE_NAMES = {i + 1: name for i, name in enumerate(T.UNIONS["NodeAttributes"])}
 
 ABSENT = -1  # uid of an optional input that is not connected
@@ -116,7 +116,7 @@ def f32(v: float) -> float:
 
 # ---------------------------------------------------------------------------
 # Op attributes: one class per op, the op's one definition. The schema table's fields, their
-# slot order and their types come from graph.fbs (lowering/_fbs/graph_tables.py, generated);
+# slot order and their types come from graph.fbs (graph_ir/_fbs/graph_tables.py, generated);
 # the class says only what the schema cannot: ``RENAME`` (schema field -> attribute name, where
 # not the rule ``<x>_tensor_uid`` -> ``<x>_uid``), ``_IN``/``_OUT`` (tensor fields in operand
 # order), ``JSON_ENUMS`` (attribute -> plugin_sdk.types enum the JSON writes by name), its
@@ -549,7 +549,7 @@ class GraphDesc:
 def unsupported_reason(graph: GraphDesc, lowered=LOWERED_KINDS) -> str | None:
     """Why this project cannot run ``graph`` (node types it does not lower, fields it does not
     honour, data types it has no element type for), naming each; None when it can try."""
-    from lowering._dtypes import SUPPORTED_DATA_TYPES, data_type_name
+    from graph_ir.dtypes import SUPPORTED_DATA_TYPES, data_type_name
     why = []
     for n in graph.nodes:
         if n.kind not in lowered:
@@ -597,7 +597,7 @@ _VALUE_STRUCTS = {_TV.Float32Value: ("<f", 4), _TV.Float16Value: ("<f", 4), _TV.
 
 
 def _value_member(data_type: int, value: float) -> int:
-    from lowering._dtypes import D
+    from graph_ir.dtypes import D
     return {D.FLOAT: _TV.Float32Value, D.HALF: _TV.Float16Value, D.BFLOAT16: _TV.BFloat16Value,
             D.DOUBLE: _TV.Float64Value, D.INT64: _TV.Int64Value, D.BOOLEAN: _TV.BoolValue,
             D.INT32: _TV.Int32Value, D.INT8: _TV.Int32Value, D.UINT8: _TV.Int32Value,
@@ -774,7 +774,7 @@ def is_project_graph(data) -> bool:
 
 
 # -- decode -------------------------------------------------------------------------------
-from lowering._fbverify import SCALAR, VECTOR, FlatBufferError, check_table, table_vector  # noqa: E402
+from graph_ir.fbverify import SCALAR, VECTOR, FlatBufferError, check_table, table_vector  # noqa: E402
 
 def _slot(typ: str) -> tuple[int, int]:
     """(SCALAR or VECTOR, element size) of a graph.fbs field type, for the verifier."""

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lowering.graph_ir import LoweringError
+from graph_ir.desc import LoweringError
 
 
 @dataclass(frozen=True)
