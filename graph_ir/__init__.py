@@ -7,11 +7,11 @@ frontend, the engines or the MLIR emitters (``lowering/``), and reads no environ
 """
 from __future__ import annotations
 
-from graph_ir.desc import (ABSENT, ATTRS_BY_KIND, GraphDesc, LoweringError, NodeDesc, OpKind, TensorDesc,
+from graph_ir.desc import (ABSENT, ATTRS_BY_KIND, GraphDesc, GraphError, NodeDesc, OpKind, TensorDesc,
                            decode_graph, encode_graph)
 from graph_ir.layout import Layout, packed_strides, physical_layout
 
 __all__ = [
-    "ABSENT", "ATTRS_BY_KIND", "GraphDesc", "Layout", "LoweringError", "NodeDesc", "OpKind", "TensorDesc",
+    "ABSENT", "ATTRS_BY_KIND", "GraphDesc", "Layout", "GraphError", "NodeDesc", "OpKind", "TensorDesc",
     "decode_graph", "encode_graph", "packed_strides", "physical_layout",
 ]

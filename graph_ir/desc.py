@@ -10,7 +10,7 @@ lower are refused later, by name: :func:`unsupported_reason`).
 
 Decoding never trusts the bytes: every table, vector and union value is
 bounds-checked (:mod:`hipdnn_iree.flatbuffers_sdk.verify`'s walker) before a
-generated accessor reads it; anything wrong is a :class:`LoweringError`.
+generated accessor reads it; anything wrong is a :class:`GraphError`.
 """
 from __future__ import annotations
 
@@ -36,14 +36,19 @@ MAX_RANK = 16
 MAX_STRING = 1 << 12
 
 
-class LoweringError(ValueError):
-    """Raised by the lowering and the graph codec.
+class GraphError(ValueError):
+    """The one error of the graph IR, the shape rules and the MLIR emitters.
 
-    ``kind`` is ``"invalid"`` for a graph that is wrong and ``"unsupported"``
-    for a valid graph this engine cannot handle; plugins map it to a status.
+    ``kind``: ``"invalid"`` (the graph is wrong), ``"unsupported"`` (a valid graph this engine cannot
+    handle) or ``"internal"`` (a defect of this project). ``plugin_sdk/errors.py`` maps it to a hipDNN
+    status, by origin (a caller's graph or a stored plan); nothing else builds a status from it.
     """
 
+    KINDS = ("invalid", "unsupported", "internal")
+
     def __init__(self, message: str, kind: str = "invalid"):
+        if kind not in self.KINDS:
+            raise ValueError(f"GraphError kind must be one of {self.KINDS}, got {kind!r}")
         super().__init__(message)
         self.kind = kind
 
@@ -535,7 +540,7 @@ class GraphDesc:
         try:
             return self._by_uid[uid]
         except KeyError:
-            raise LoweringError(f"graph '{self.name}': no tensor with uid {uid}") from None
+            raise GraphError(f"graph '{self.name}': no tensor with uid {uid}") from None
 
     def bound_tensors(self) -> list[TensorDesc]:
         """Tensors bound at execute time (non-virtual, non-scalar), sorted by uid."""
@@ -829,17 +834,17 @@ def _table(buf, pos: int, fields, what: str, limit: int) -> int:
     try:
         return check_table(buf, fields, max_vector_len=limit, table_pos=pos)
     except FlatBufferError as e:
-        raise LoweringError(f"op graph: {what}: {e}") from None
+        raise GraphError(f"op graph: {what}: {e}") from None
 
 
 def _decode_attrs(buf, n, kind: OpKind, what: str) -> _Attrs:
     cls = ATTRS_BY_KIND[kind]
     pos = _offset_target(buf, n._tab.Pos, 3)
     if pos is None:
-        raise LoweringError(f"op graph: {what}: the node has attributes_type {TABLE_NAMES[int(kind)]} but no "
+        raise GraphError(f"op graph: {what}: the node has attributes_type {TABLE_NAMES[int(kind)]} but no "
                             "attributes table")
     if pos % 4:
-        raise LoweringError(f"op graph: {what}: attributes table offset {pos} is misaligned")
+        raise GraphError(f"op graph: {what}: attributes table offset {pos} is misaligned")
     _table(buf, pos, _ATTR_FIELDS[kind], f"{what} attributes", MAX_TENSORS)
     holder = getattr(G, TABLE_NAMES[int(kind)])()
     holder.Init(buf, pos)
@@ -870,7 +875,7 @@ def _decode_attrs(buf, n, kind: OpKind, what: str) -> _Attrs:
     try:
         return cls(**cls.from_schema(out))
     except (TypeError, ValueError) as e:
-        raise LoweringError(f"op graph: {what}: bad attributes ({e})") from None
+        raise GraphError(f"op graph: {what}: bad attributes ({e})") from None
 
 
 def _decode_value(buf, t, tpos: int, what: str) -> float | None:
@@ -878,13 +883,13 @@ def _decode_value(buf, t, tpos: int, what: str) -> float | None:
     if member == _TV.NONE:
         return None
     if member not in _VALUE_STRUCTS:
-        raise LoweringError(f"op graph: {what}: unknown TensorValue member {member}")
+        raise GraphError(f"op graph: {what}: unknown TensorValue member {member}")
     pos = _offset_target(buf, tpos, 7)
     if pos is None:
-        raise LoweringError(f"op graph: {what}: value_type is set but the value is missing")
+        raise GraphError(f"op graph: {what}: value_type is set but the value is missing")
     fmt, align = _VALUE_STRUCTS[member]
     if pos % align or pos + struct.calcsize(fmt) > len(buf):
-        raise LoweringError(f"op graph: {what}: the scalar value lies outside the buffer or is misaligned")
+        raise GraphError(f"op graph: {what}: the scalar value lies outside the buffer or is misaligned")
     v = struct.unpack_from(fmt, buf, pos)[0]
     if fmt == "<f":   # NOTE: the shortest decimal of the float32 (1e-05, not 9.99999974737875e-06)
         import numpy as np
@@ -893,34 +898,34 @@ def _decode_value(buf, t, tpos: int, what: str) -> float | None:
 
 
 def decode_graph(data: bytes) -> GraphDesc:
-    """Parses hipDNN graph FlatBuffer bytes; raises :class:`LoweringError` on bad bytes.
+    """Parses hipDNN graph FlatBuffer bytes; raises :class:`GraphError` on bad bytes.
 
     Every table is bounds-checked before a generated accessor reads it, so truncated or
-    hostile bytes give a LoweringError naming the problem, never an IndexError or garbage.
+    hostile bytes give a GraphError naming the problem, never an IndexError or garbage.
     """
     if not isinstance(data, (bytes, bytearray, memoryview)) or len(data) < 12:
-        raise LoweringError("op graph: expected hipDNN graph FlatBuffer bytes (at least 12)")
+        raise GraphError("op graph: expected hipDNN graph FlatBuffer bytes (at least 12)")
     buf = bytes(data)
     try:
         root = _table(buf, struct.unpack_from("<I", buf, 0)[0], _GRAPH_FIELDS, "Graph", max(MAX_TENSORS, MAX_STRING))
         g = G.Graph()
         g.Init(buf, root)
         if g.TensorsLength() > MAX_TENSORS or g.NodesLength() > MAX_NODES:
-            raise LoweringError(f"op graph: {g.TensorsLength()} tensors / {g.NodesLength()} nodes is over the "
+            raise GraphError(f"op graph: {g.TensorsLength()} tensors / {g.NodesLength()} nodes is over the "
                                 f"limit ({MAX_TENSORS} / {MAX_NODES})")
         tensors = []
         try:
             tpositions = table_vector(buf, root, 4)
             npositions = table_vector(buf, root, 5)
         except FlatBufferError as e:
-            raise LoweringError(f"op graph: {e}") from None
+            raise GraphError(f"op graph: {e}") from None
         for i, tpos in enumerate(tpositions):
             what = f"tensors[{i}]"
             _table(buf, tpos, _TENSOR_FIELDS, what, MAX_STRING)
             t = G.TensorAttributes()
             t.Init(buf, tpos)
             if t.DimsLength() > MAX_RANK or t.StridesLength() > MAX_RANK:
-                raise LoweringError(f"op graph: {what}: rank {max(t.DimsLength(), t.StridesLength())} is over "
+                raise GraphError(f"op graph: {what}: rank {max(t.DimsLength(), t.StridesLength())} is over "
                                     f"{MAX_RANK}")
             value = _decode_value(buf, t, tpos, what)
             rag = t.RaggedOffsetTensorUid()
@@ -947,7 +952,7 @@ def decode_graph(data: bytes) -> GraphDesc:
             try:
                 kind = OpKind(tag)
             except ValueError:
-                raise LoweringError(f"op graph: {what}: NodeAttributes type {tag} is not a hipDNN node type this "
+                raise GraphError(f"op graph: {what}: NodeAttributes type {tag} is not a hipDNN node type this "
                                     f"schema knows (1..{len(OpKind)})", "unsupported") from None
             nodes.append(NodeDesc(name=name, compute_data_type=int(n.ComputeDataType()),
                                   attrs=_decode_attrs(buf, n, kind, what)))
@@ -962,7 +967,7 @@ def decode_graph(data: bytes) -> GraphDesc:
                          min_required_engine_api_version=None if ver is None else (ver.Major(), ver.Minor(),
                                                                                   ver.Patch()),
                          id=None if gid is None else bytes(gid.BytesAsNumpy().tobytes()))
-    except LoweringError:
+    except GraphError:
         raise
     except Exception as e:  # NOTE: a gap in the checks above; still a typed error, never a crash
-        raise LoweringError(f"op graph: malformed graph FlatBuffer ({type(e).__name__}: {e})") from None
+        raise GraphError(f"op graph: malformed graph FlatBuffer ({type(e).__name__}: {e})") from None

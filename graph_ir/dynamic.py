@@ -36,7 +36,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from graph_ir.desc import ABSENT, GraphDesc, LoweringError, OpKind
+from graph_ir.desc import ABSENT, GraphDesc, GraphError, OpKind
 from graph_ir.layout import physical_layout
 
 SPEC_VERSION = 1
@@ -139,7 +139,7 @@ class ShapeSpec:
         names = set(names)
         unknown = sorted(names - set(self.symbols))
         if unknown:
-            raise LoweringError(f"symbols {unknown} are not in this spec (symbols: {sorted(self.symbols)})")
+            raise GraphError(f"symbols {unknown} are not in this spec (symbols: {sorted(self.symbols)})")
         values = dict(self.symbols)
 
         def fix(d):
@@ -155,13 +155,13 @@ class ShapeSpec:
     # -- checking an execute's shapes ----------------------------------------
     def resolve(self, shapes: dict) -> dict[int, tuple[int, ...]]:
         """Binds the symbols from ``shapes`` (uid -> dims), checks every given dim, and returns the
-        dims of every bound tensor. Raises LoweringError naming the uid, dim, value and what is allowed."""
+        dims of every bound tensor. Raises GraphError naming the uid, dim, value and what is allowed."""
         shapes = {int(u): tuple(int(x) for x in s) for u, s in shapes.items()}
         for u, s in shapes.items():
             if u not in self.dims or u not in self.bound:
-                raise LoweringError(f"uid {u}: not a tensor bound by this plan (bound uids: {list(self.bound)})")
+                raise GraphError(f"uid {u}: not a tensor bound by this plan (bound uids: {list(self.bound)})")
             if len(s) != len(self.dims[u]):
-                raise LoweringError(f"uid {u}: {len(s)} dims {list(s)} given, the plan's tensor has rank "
+                raise GraphError(f"uid {u}: {len(s)} dims {list(s)} given, the plan's tensor has rank "
                                     f"{len(self.dims[u])} (built dims {list(self.built[u])})")
         values: dict[str, int] = {}
         where: dict[str, tuple[int, int]] = {}
@@ -173,22 +173,22 @@ class ShapeSpec:
                     continue
                 got = shapes[u][i]
                 if got < 1:
-                    raise LoweringError(f"uid {u} dim {i}: size {got} given; the plan allows {self.allowed(u, i)}")
+                    raise GraphError(f"uid {u} dim {i}: size {got} given; the plan allows {self.allowed(u, i)}")
                 if d in values and values[d] != got:
                     pu, pi = where[d]
-                    raise LoweringError(f"uid {u} dim {i}: size {got} given, but uid {pu} dim {pi} gives symbol {d} "
+                    raise GraphError(f"uid {u} dim {i}: size {got} given, but uid {pu} dim {pi} gives symbol {d} "
                                         f"the size {values[d]}; the plan allows {self.allowed(u, i)}")
                 values.setdefault(d, got)
                 where.setdefault(d, (u, i))
         for u, s in shapes.items():               # fixed dims first: the clearest message
             for i, d in enumerate(self.dims[u]):
                 if isinstance(d, int) and s[i] != d:
-                    raise LoweringError(f"uid {u} dim {i}: size {s[i]} given; the plan allows {self.allowed(u, i)}")
+                    raise GraphError(f"uid {u} dim {i}: size {s[i]} given; the plan allows {self.allowed(u, i)}")
         missing = [s for s in self.symbols if s not in values and self.carriers(s)]
         if missing:
             s = missing[0]
             u = self.carriers(s)[0]
-            raise LoweringError(f"symbol {s}: no shape given for any tensor carrying it (uid {u} dim "
+            raise GraphError(f"symbol {s}: no shape given for any tensor carrying it (uid {u} dim "
                                 f"{self.dims[u].index(s)}); pass that tensor's dims")
         out = {}
         for u in self.bound:
@@ -201,11 +201,11 @@ class ShapeSpec:
                 else:
                     want = d.value(values)
                     if want < 1:
-                        raise LoweringError(f"uid {u} dim {i}: {d.text()} = {want} for the given sizes "
+                        raise GraphError(f"uid {u} dim {i}: {d.text()} = {want} for the given sizes "
                                             f"({', '.join(f'{k}={v}' for k, v in values.items())}); the "
                                             f"convolution's window does not fit")
                 if u in shapes and shapes[u][i] != want:
-                    raise LoweringError(f"uid {u} dim {i}: size {shapes[u][i]} given; the plan allows "
+                    raise GraphError(f"uid {u} dim {i}: size {shapes[u][i]} given; the plan allows "
                                         f"{self.allowed(u, i)}" + (f" (= {want} here)" if not isinstance(d, int) else ""))
                 dims.append(want)
             out[u] = tuple(dims)
@@ -228,7 +228,7 @@ class ShapeSpec:
         try:
             doc = json.loads(text)
             if doc.get("version") != SPEC_VERSION:
-                raise LoweringError(f"shape spec version {doc.get('version')!r}: this build reads version "
+                raise GraphError(f"shape spec version {doc.get('version')!r}: this build reads version "
                                     f"{SPEC_VERSION}", "unsupported")
 
             def dec(d):
@@ -243,10 +243,10 @@ class ShapeSpec:
                     orders[int(k)] = tuple(int(x) for x in t["order"])
             return cls(dims, built, tuple(int(u) for u in doc["bound"]),
                        {str(k): int(v) for k, v in doc["symbols"].items()}, orders)
-        except LoweringError:
+        except GraphError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise LoweringError(f"shape spec JSON is malformed: {e}") from None
+            raise GraphError(f"shape spec JSON is malformed: {e}") from None
 
     def __eq__(self, other):
         return isinstance(other, ShapeSpec) and self.to_json() == other.to_json()
@@ -498,7 +498,7 @@ def analyze(graph: GraphDesc, conv_spatial: bool = True) -> ShapeSpec:
         elif node.kind in _RULES:
             _RULES[node.kind](f, node)
         else:
-            raise LoweringError(f"node '{node.name}': op kind {node.kind.name} has no dynamic-shape rule",
+            raise GraphError(f"node '{node.name}': op kind {node.kind.name} has no dynamic-shape rule",
                                 "unsupported")
     bound = [t.uid for t in graph.bound_tensors()]
     orders = {}

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graph_ir.desc import LoweringError
+from graph_ir.desc import GraphError
 
 
 @dataclass(frozen=True)
@@ -83,14 +83,14 @@ def packed_strides(dims) -> tuple[int, ...]:
 def physical_layout(dims, strides, what: str = "tensor", output: bool = False) -> Layout:
     """Derives the memory order of a tensor: dense, strided (a slice of a dense ``host``) or, for
     a tensor that is only read, a ``gather`` layout (strides that alias or are not multiples).
-    ``output``: the tensor is written; an aliasing or gather layout raises LoweringError."""
+    ``output``: the tensor is written; an aliasing or gather layout raises GraphError."""
     dims, strides = tuple(int(d) for d in dims), tuple(int(s) for s in strides)
     if len(dims) != len(strides):
-        raise LoweringError(f"{what}: {len(dims)} dims but {len(strides)} strides")
+        raise GraphError(f"{what}: {len(dims)} dims but {len(strides)} strides")
     if any(d <= 0 for d in dims):
-        raise LoweringError(f"{what}: dims {list(dims)} must all be positive")
+        raise GraphError(f"{what}: dims {list(dims)} must all be positive")
     if any(s < 0 for s in strides):
-        raise LoweringError(f"{what}: strides {list(strides)} must be non-negative")
+        raise GraphError(f"{what}: strides {list(strides)} must be non-negative")
     bcast = tuple(a for a in range(len(dims)) if strides[a] == 0 and dims[a] > 1)
     kept = [a for a in range(len(dims)) if a not in bcast]
     # Non-unit axes sort by stride; a size-1 axis (whose stride is arbitrary) follows the
@@ -125,7 +125,7 @@ def _gather(dims, strides, order, bcast) -> Layout:
 
 def _strided(dims, strides, order, bcast, nonunit, what, output=False) -> Layout:
     """A non-dense layout: derives its dense host shape, or (inputs) a gather layout when it has
-    none; an output whose elements alias, or that has no host shape, raises LoweringError."""
+    none; an output whose elements alias, or that has no host shape, raises GraphError."""
     # innermost first: each stride must cover the axes inside it, and be a multiple of the next one
     inner_extent, host_rev = 1, []
     for i in range(len(nonunit) - 1, -1, -1):
@@ -134,7 +134,7 @@ def _strided(dims, strides, order, bcast, nonunit, what, output=False) -> Layout
         if s < inner_extent:
             if not output:
                 return _gather(dims, strides, order, bcast)
-            raise LoweringError(
+            raise GraphError(
                 f"output {what}: strides {list(strides)} for dims {list(dims)} overlap (axis {a} has stride {s}, "
                 f"but the axes inside it span {inner_extent} elements): an output's elements may not alias "
                 "(several at one address) or interleave this way; only inputs, which are only read, may")
@@ -145,7 +145,7 @@ def _strided(dims, strides, order, bcast, nonunit, what, output=False) -> Layout
             if s % inner:
                 if not output:
                     return _gather(dims, strides, order, bcast)
-                raise LoweringError(
+                raise GraphError(
                     f"output {what}: strides {list(strides)} for dims {list(dims)}: axis {a}'s stride {s} is not a "
                     f"multiple of the next smaller stride {inner}; such views are not supported (make each "
                     "stride a multiple of the one inside it, as views into a larger dense buffer are; inputs may "

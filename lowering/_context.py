@@ -5,7 +5,7 @@ import math
 
 from lowering._emit import FLOAT_TYPES, Emitter, Value, element_type, float_literal, tensor_type
 from graph_ir._fbs.graph_generated import DataType
-from graph_ir.desc import GraphDesc, LoweringError, NodeDesc, TensorDesc
+from graph_ir.desc import GraphDesc, GraphError, NodeDesc, TensorDesc
 from lowering.policy import LoweringPolicy
 
 
@@ -39,7 +39,7 @@ class LowerContext:
             v = Value(ssa, (), elem)
             self.values[uid] = v
             return v
-        raise LoweringError(f"tensor '{t.name}' (uid {uid}) is used before any node produces it")
+        raise GraphError(f"tensor '{t.name}' (uid {uid}) is used before any node produces it")
 
     def dims(self, uid: int) -> tuple:
         """The logical dims tensor ``uid`` has in the emitted module (Syms for varying dims)."""
@@ -51,9 +51,9 @@ class LowerContext:
         """Binds the result of a node to tensor ``uid``, converting to its declared type."""
         t = self.tensor(uid)
         if uid in self.values:
-            raise LoweringError(f"tensor '{t.name}' (uid {uid}) is produced twice")
+            raise GraphError(f"tensor '{t.name}' (uid {uid}) is produced twice")
         if self.dims(uid) != v.shape:
-            raise LoweringError(f"tensor '{t.name}' (uid {uid}): declared dims {list(self.dims(uid))} but the "
+            raise GraphError(f"tensor '{t.name}' (uid {uid}): declared dims {list(self.dims(uid))} but the "
                                 f"producing node gives {list(v.shape)}")
         self.values[uid] = self.em.convert(v, element_type(t.data_type, f"tensor '{t.name}'"),
                                            unsigned=t.data_type == DataType.UINT8)

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from graph_ir.desc import LoweringError
+from graph_ir.desc import GraphError
 from graph_ir.dtypes import ELEMENT_TYPES
 
 FLOAT_TYPES = ("f16", "bf16", "f32", "f64")
@@ -22,7 +22,7 @@ def element_type(data_type: int, what: str = "tensor") -> str:
     try:
         return ELEMENT_TYPES[data_type][0]
     except KeyError:
-        raise LoweringError(f"{what}: data type {data_type} has no MLIR element type", "unsupported") from None
+        raise GraphError(f"{what}: data type {data_type} has no MLIR element type", "unsupported") from None
 
 
 class Sym:
@@ -184,7 +184,7 @@ class Emitter:
         for v in inputs:
             off = rank - len(v.shape)
             if off < 0:
-                raise LoweringError(f"operand of shape {list(v.shape)} has higher rank than result {list(out_shape)}")
+                raise GraphError(f"operand of shape {list(v.shape)} has higher rank than result {list(out_shape)}")
             exprs = []
             for i, d in enumerate(v.shape):
                 if d == out_shape[off + i]:
@@ -192,7 +192,7 @@ class Emitter:
                 elif d == 1:
                     exprs.append("0")
                 else:
-                    raise LoweringError(f"shape {list(v.shape)} does not broadcast to {list(out_shape)}")
+                    raise GraphError(f"shape {list(v.shape)} does not broadcast to {list(out_shape)}")
             pairs.append((v, f"affine_map<{domain} -> ({', '.join(exprs)})>"))
         ident = f"affine_map<{domain} -> ({', '.join(dims)})>"
         return self.generic(pairs, out_shape, out_elem, ["parallel"] * rank, ident, body)
@@ -243,7 +243,7 @@ class Emitter:
         small, big = (dst, src) if coll else (src, dst)
         groups = _unit_groups(small, big)
         if groups is None:
-            raise LoweringError(f"cannot reshape {src} to {dst}")
+            raise GraphError(f"cannot reshape {src} to {dst}")
         reassoc = "[" + ", ".join("[" + ", ".join(map(str, g)) + "]" for g in groups) + "]"
         if coll:
             name = self.op(f"tensor.collapse_shape {v.ssa} {reassoc} : {v.type} into {tensor_type(shape, v.elem)}", "r")

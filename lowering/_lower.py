@@ -16,7 +16,7 @@ from lowering._context import LowerContext
 from lowering._emit import ELEMENT_TYPES, Emitter, Value, element_type, tensor_type
 from graph_ir._fbs.graph_generated import DataType
 from lowering._registry import LOWERINGS
-from graph_ir.desc import GraphDesc, LoweringError, decode_graph
+from graph_ir.desc import GraphDesc, GraphError, decode_graph
 from lowering import _goldens, strided
 from graph_ir.layout import physical_layout
 from lowering.policy import LoweringPolicy
@@ -72,9 +72,9 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
     if policy is None:
         policy = LoweringPolicy.for_target(target)
     elif policy.target != target:
-        raise LoweringError(f"lowering policy is for target {policy.target!r}, not {target!r}", "internal")
+        raise GraphError(f"lowering policy is for target {policy.target!r}, not {target!r}", "internal")
     if not graph.nodes:
-        raise LoweringError(f"graph '{graph.name}' has no nodes")
+        raise GraphError(f"graph '{graph.name}' has no nodes")
     _check_sizes(graph)
     produced = graph.output_uids()
     bound = graph.bound_tensors()
@@ -91,7 +91,7 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
         if dyn is not None:
             lay = _dyn_layout(lay, dyn[t.uid])
         if role == "output" and lay.bcast_axes:
-            raise LoweringError(f"{what}: an output cannot have stride 0 on axes {list(lay.bcast_axes)}")
+            raise GraphError(f"{what}: an output cannot have stride 0 on axes {list(lay.bcast_axes)}")
         arg = f"%arg{i}"
         attr = ""
         if role == "output":
@@ -111,17 +111,17 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
             v = em.broadcast(v, ctx.dims(t.uid), lay.bcast_axes)
             ctx.values[t.uid] = v
     if not outputs:
-        raise LoweringError(f"graph '{graph.name}' has no output tensor: mark one with set_output(True)")
+        raise GraphError(f"graph '{graph.name}' has no output tensor: mark one with set_output(True)")
     for node in graph.nodes:
         fn = LOWERINGS.get(node.kind)
         if fn is None:
-            raise LoweringError(f"node '{node.name}': op kind {node.kind.name} has no lowering", "unsupported")
+            raise GraphError(f"node '{node.name}': op kind {node.kind.name} has no lowering", "unsupported")
         fn(ctx, node)
     results = []
     for t, lay, run in outputs:
         v = ctx.values.get(t.uid)
         if v is None:
-            raise LoweringError(f"output tensor '{t.name}' (uid {t.uid}) is never produced")
+            raise GraphError(f"output tensor '{t.name}' (uid {t.uid}) is never produced")
         if tuple(lay.order) != tuple(range(len(lay.order))) and needs_relayout_barrier(ctx, t.uid):
             v = propagation_barrier(em, v)   # NOTE: an IREE CUDA fault, see lowering/ops/matmul.py
         v = em.transpose(v, lay.order)
@@ -164,7 +164,7 @@ def _dynamic(graph: GraphDesc, shape_spec):
     spec = ShapeSpec.from_json(shape_spec) if isinstance(shape_spec, str) else shape_spec
     for t in graph.tensors:
         if tuple(spec.built.get(t.uid, ())) != tuple(t.dims):
-            raise LoweringError(f"shape spec does not fit graph '{graph.name}': tensor '{t.name}' (uid {t.uid}) "
+            raise GraphError(f"shape spec does not fit graph '{graph.name}': tensor '{t.name}' (uid {t.uid}) "
                                 f"has dims {list(t.dims)}, the spec was made for "
                                 f"{list(spec.built[t.uid]) if t.uid in spec.built else 'no such tensor'}")
     syms: dict = {}
@@ -197,7 +197,7 @@ def _dyn_layout(lay, dims):
     if not any(not isinstance(d, int) for d in dims):
         return lay
     if not lay.is_dense or lay.bcast_axes:
-        raise LoweringError(f"tensor with dims {list(lay.dims)} and strides {list(lay.strides)}: varying dims "
+        raise GraphError(f"tensor with dims {list(lay.dims)} and strides {list(lay.strides)}: varying dims "
                             "are not supported for strided (non-dense) or broadcast (stride 0) layouts", "unsupported")
     return replace(lay, dims=tuple(dims))
 
@@ -220,7 +220,7 @@ def _dim_lines(spec, dyn, bound, args) -> list[str]:
                 lines.append(f"  {d.ssa} = tensor.dim %arg{i}, %dimc_{d.name} : {typ}")
     missing = [s for s in spec.symbols if s not in done]
     if missing:
-        raise LoweringError(f"symbols {missing} are carried by no bound tensor", "internal")
+        raise GraphError(f"symbols {missing} are carried by no bound tensor", "internal")
     for n, (s, d) in enumerate(dyn[_DERIVED]):
         v = f"%dim_{d.of}"
         for j, step in enumerate(d.steps):
@@ -250,15 +250,15 @@ def _check_sizes(graph: GraphDesc) -> None:
         span = 1 + sum((d - 1) * abs(s) for d, s in zip(t.dims, strides)) if all(d > 0 for d in t.dims) else 0
         try:
             bits = {**_FLOAT_WIDTH, **_INT_WIDTH}[element_type(t.data_type)]
-        except (KeyError, LoweringError):
+        except (KeyError, GraphError):
             bits = 8
         if max(span, 1) * max(bits // 8, 1) > MAX_TENSOR_BYTES or any(d >= 2**62 for d in t.dims):
-            raise LoweringError(f"tensor '{t.name}' (uid {t.uid}): dims {list(t.dims)} span more than "
+            raise GraphError(f"tensor '{t.name}' (uid {t.uid}): dims {list(t.dims)} span more than "
                                 f"{MAX_TENSOR_BYTES} bytes (2**47), more than a target can address")
 
 
 def verify_mlir(text: str) -> None:
-    """Parses and verifies ``text`` with ``iree.compiler.ir``; raises LoweringError with diagnostics."""
+    """Parses and verifies ``text`` with ``iree.compiler.ir``; raises GraphError with diagnostics."""
     from iree.compiler import ir  # NOTE: imported here so restoring a plan never loads the compiler
 
     with ir.Context() as context:
@@ -268,9 +268,9 @@ def verify_mlir(text: str) -> None:
             module = ir.Module.parse(text)
             ok = module.operation.verify()
         except Exception as e:  # MLIRError carries the parser's diagnostics
-            raise LoweringError(f"emitted MLIR does not parse: {e}\n--- MLIR ---\n{text}", "internal") from None
+            raise GraphError(f"emitted MLIR does not parse: {e}\n--- MLIR ---\n{text}", "internal") from None
         finally:
             handle.detach()
         if not ok:
-            raise LoweringError("emitted MLIR fails verification: " + "; ".join(diags)
+            raise GraphError("emitted MLIR fails verification: " + "; ".join(diags)
                                 + f"\n--- MLIR ---\n{text}", "internal")

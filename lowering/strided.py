@@ -22,7 +22,7 @@ Example:
 from __future__ import annotations
 
 from lowering._emit import Emitter, Value, tensor_type
-from graph_ir.desc import LoweringError
+from graph_ir.desc import GraphError
 from graph_ir.layout import Layout
 
 
@@ -90,7 +90,7 @@ def read(em: Emitter, run: Value, lay: Layout) -> Value:
 def write(em: Emitter, run: Value, value: Value, lay: Layout) -> Value:
     """The caller's 1-D run with ``value`` (``lay.slice_shape``) written into the tensor's elements."""
     if lay.gather:
-        raise LoweringError(f"a tensor with dims {list(lay.dims)} and strides {list(lay.strides)} is written, but "
+        raise GraphError(f"a tensor with dims {list(lay.dims)} and strides {list(lay.strides)} is written, but "
                             "its elements alias (or its strides are not multiples): outputs may not alias")
     sizes = _slice_sizes(lay)
     v = em.reshape(em.reshape(value, sizes[:-1]), sizes)

@@ -10,7 +10,7 @@ import pytest
 
 import hipdnn_iree as hd
 from harness import REPO, run_python
-from graph_ir.desc import (ABSENT, ATTRS_BY_KIND, LOWERED_KINDS, GraphDesc, LoweringError, NodeDesc, OpKind,
+from graph_ir.desc import (ABSENT, ATTRS_BY_KIND, LOWERED_KINDS, GraphDesc, GraphError, NodeDesc, OpKind,
                                TensorDesc, decode_graph, encode_graph)
 
 F = hd.DataType.FLOAT

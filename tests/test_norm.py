@@ -667,7 +667,7 @@ def test_norm_scale_shapes_hipdnn_does_not_define_are_refused():
 def test_lowering_rejects_bad_graph_bytes():
     """Graphs that reach the lowering as bytes (not through validate) get the same checks."""
     from lowering import lower
-    from graph_ir import LoweringError
+    from graph_ir import GraphError
     from graph_ir.desc import GraphDesc, LayernormAttrs, NodeDesc, ReductionAttrs, TensorDesc, encode_graph
 
     def t(uid, dims, **kw):
@@ -677,11 +677,11 @@ def test_lowering_rejects_bad_graph_bytes():
     eps = TensorDesc(9, "eps", int(F), (), (), is_scalar=True, scalar_value=-2.0)
     ln = NodeDesc("ln", 0, LayernormAttrs(int(INFERENCE), 1, 2, 3, 9, 4))
     g = GraphDesc("g", int(F), 0, 0, (t(1, [2, 4]), t(2, [1, 4]), t(3, [1, 4]), t(4, [2, 4]), eps), (ln,))
-    with pytest.raises(LoweringError, match=r"layernorm 'ln': field 'epsilon' value -2.0"):
+    with pytest.raises(GraphError, match=r"layernorm 'ln': field 'epsilon' value -2.0"):
         lower(encode_graph(g))
     red = NodeDesc("red", 0, ReductionAttrs(int(R.MAX), 1, 2))
     g = GraphDesc("g", int(F), 0, 0, (t(1, [2, 4]), t(2, [2, 3])), (red,))
-    with pytest.raises(LoweringError, match=r"reduction 'red': field 'y' dims \[2, 3\]"):
+    with pytest.raises(GraphError, match=r"reduction 'red': field 'y' dims \[2, 3\]"):
         lower(encode_graph(g))
 
 

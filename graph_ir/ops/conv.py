@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from graph_ir.desc import LoweringError
+from graph_ir.desc import GraphError
 
 @dataclass(frozen=True)
 class ConvParams:
@@ -28,7 +28,7 @@ def conv_params(attrs, rank: int) -> ConvParams:
     """Normalized spatial attributes; an empty tuple means the default (0 pads, 1 stride/dilation).
 
     Raises:
-        LoweringError: naming the field and its value when a length or value is wrong.
+        GraphError: naming the field and its value when a length or value is wrong.
 
     Example:
         >>> from graph_ir.desc import ConvFpropAttrs
@@ -41,10 +41,10 @@ def conv_params(attrs, rank: int) -> ConvParams:
         if not v:
             v = (default,) * rank
         if len(v) != rank:
-            raise LoweringError(f"field '{field}' value {list(v)}: needs {rank} values, one per spatial dim "
+            raise GraphError(f"field '{field}' value {list(v)}: needs {rank} values, one per spatial dim "
                                 f"of the {rank}-D convolution")
         if any(e < low for e in v):
-            raise LoweringError(f"field '{field}' value {list(v)}: every entry must be >= {low}")
+            raise GraphError(f"field '{field}' value {list(v)}: every entry must be >= {low}")
         out[key] = v
     return ConvParams(**out)
 
@@ -55,9 +55,9 @@ def conv_out_size(size: int, pre: int, post: int, kernel: int, stride: int, dila
 
 
 def spatial_rank(dims: Sequence[int], field: str) -> int:
-    """Spatial rank of a ``[N, C, *spatial]`` tensor (1 to 3); raises LoweringError otherwise."""
+    """Spatial rank of a ``[N, C, *spatial]`` tensor (1 to 3); raises GraphError otherwise."""
     if not 3 <= len(dims) <= 5:
-        raise LoweringError(f"field '{field}' dims {list(dims)}: a convolution operand needs rank 3, 4 or 5 "
+        raise GraphError(f"field '{field}' dims {list(dims)}: a convolution operand needs rank 3, 4 or 5 "
                             f"([N, C, *spatial] with 1-3 spatial dims), got rank {len(dims)}")
     return len(dims) - 2
 
@@ -72,22 +72,22 @@ def forward_shape(x: Sequence[int], w: Sequence[int], attrs) -> tuple[tuple[int,
     """
     rank = spatial_rank(x, "x_uid")
     if len(w) != len(x):
-        raise LoweringError(f"field 'w_uid' dims {list(w)} (rank {len(w)}) must have the rank of "
+        raise GraphError(f"field 'w_uid' dims {list(w)} (rank {len(w)}) must have the rank of "
                             f"x dims {list(x)} (rank {len(x)})")
     p = conv_params(attrs, rank)
     n, c, k, cg = x[0], x[1], w[0], w[1]
     if c % cg:
-        raise LoweringError(f"field 'w_uid' dims {list(w)}: x has {c} channels, not divisible "
+        raise GraphError(f"field 'w_uid' dims {list(w)}: x has {c} channels, not divisible "
                             f"into groups of w.dims[1] = {cg} channels")
     groups = c // cg
     if k % groups:
-        raise LoweringError(f"field 'w_uid' dims {list(w)}: {k} output channels (w.dims[0]) are not "
+        raise GraphError(f"field 'w_uid' dims {list(w)}: {k} output channels (w.dims[0]) are not "
                             f"divisible by the {groups} groups (= {c} channels / {cg})")
     out = []
     for i in range(rank):
         o = conv_out_size(x[2 + i], p.pre[i], p.post[i], w[2 + i], p.stride[i], p.dilation[i])
         if o < 1:
-            raise LoweringError(f"field 'w_uid' dims {list(w)}: kernel extent "
+            raise GraphError(f"field 'w_uid' dims {list(w)}: kernel extent "
                                 f"{p.dilation[i] * (w[2 + i] - 1) + 1} (dilation {p.dilation[i]}) exceeds the "
                                 f"padded input {x[2 + i] + p.pre[i] + p.post[i]} on spatial axis {i}")
         out.append(o)
@@ -101,9 +101,9 @@ def check_forward(x: Sequence[int], w: Sequence[int], y: Sequence[int], attrs, g
     conv_params(attrs, spatial_rank(y, "y_uid"))
     try:
         want, p, groups = forward_shape(x, w, attrs)
-    except LoweringError as e:
-        raise LoweringError(f"field '{given}' dims {list(mine)} do not fit the operands: {e}") from None
+    except GraphError as e:
+        raise GraphError(f"field '{given}' dims {list(mine)} do not fit the operands: {e}") from None
     if tuple(y) != want:
-        raise LoweringError(f"field '{given}' dims {list(mine)} do not fit: the forward convolution of "
+        raise GraphError(f"field '{given}' dims {list(mine)} do not fit: the forward convolution of "
                             f"x {list(x)} with w {list(w)} gives y {list(want)}, but dy is {list(y)}")
     return p, groups

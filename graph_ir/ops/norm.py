@@ -5,7 +5,7 @@ import math
 from typing import Callable, Sequence
 
 from graph_ir._fbs.graph_generated import NormFwdPhase, ReductionMode
-from graph_ir.desc import ABSENT, LoweringError
+from graph_ir.desc import ABSENT, GraphError
 
 # The reduction modes this project runs, in the order its messages list them.
 REDUCTION_MODES = (ReductionMode.ADD, ReductionMode.MUL, ReductionMode.MIN_OP, ReductionMode.MAX_OP,
@@ -24,7 +24,7 @@ _PHASE_NAMES = {v: k for k, v in vars(NormFwdPhase).items() if not k.startswith(
 def check_reduction_mode(mode: int) -> None:
     if mode not in REDUCTION_MODES:
         valid = ", ".join(_MODE_NAMES[m] for m in REDUCTION_MODES)
-        raise LoweringError(f"field 'mode' value {_MODE_NAMES.get(mode, mode)}: not a reduction mode; "
+        raise GraphError(f"field 'mode' value {_MODE_NAMES.get(mode, mode)}: not a reduction mode; "
                             f"use one of hd.ReductionMode.{{{valid}}}")
 
 
@@ -32,17 +32,17 @@ def reduced_axes(x: Sequence[int], y: Sequence[int]) -> tuple[int, ...]:
     """Axes a reduction from dims ``x`` to dims ``y`` reduces (``y`` is 1 there, ``x`` is not).
 
     Raises:
-        LoweringError: ``y`` has another rank, or an axis that is neither 1 nor ``x``'s size.
+        GraphError: ``y`` has another rank, or an axis that is neither 1 nor ``x``'s size.
     """
     x, y = tuple(x), tuple(y)
     if len(x) == 0:
-        raise LoweringError(f"field 'x' dims {list(x)}: a reduction needs an input of rank >= 1")
+        raise GraphError(f"field 'x' dims {list(x)}: a reduction needs an input of rank >= 1")
     if len(y) != len(x):
-        raise LoweringError(f"field 'y' dims {list(y)}: rank {len(y)} differs from x's rank {len(x)} "
+        raise GraphError(f"field 'y' dims {list(y)}: rank {len(y)} differs from x's rank {len(x)} "
                             f"(x dims {list(x)}); set y's dims to x's with 1 on every reduced axis")
     for i, (a, b) in enumerate(zip(x, y)):
         if b not in (1, a):
-            raise LoweringError(f"field 'y' dims {list(y)}: axis {i} has size {b}, neither 1 (reduced) "
+            raise GraphError(f"field 'y' dims {list(y)}: axis {i} has size {b}, neither 1 (reduced) "
                                 f"nor x's size {a} (x dims {list(x)})")
     return tuple(i for i, (a, b) in enumerate(zip(x, y)) if b == 1 and a != 1)
 
@@ -50,7 +50,7 @@ def reduced_axes(x: Sequence[int], y: Sequence[int]) -> tuple[int, ...]:
 def x_dims(at, dims: Dims) -> tuple[int, ...]:
     """Dims of the op's required input ``x``."""
     if at.x_uid == ABSENT:
-        raise LoweringError("field 'x' is missing: pass the input tensor")
+        raise GraphError("field 'x' is missing: pass the input tensor")
     return tuple(dims(at.x_uid))
 
 
@@ -58,7 +58,7 @@ def check_batchnorm(at, dims: Dims) -> dict[int, tuple[int, ...]]:
     """Validates batchnorm_inference operands; returns ``{y_uid: dims}``."""
     x = x_dims(at, dims)
     if len(x) < 2:
-        raise LoweringError(f"field 'x' dims {list(x)}: batchnorm needs rank >= 2 (N, C, spatial...)")
+        raise GraphError(f"field 'x' dims {list(x)}: batchnorm needs rank >= 2 (N, C, spatial...)")
     want = (1, x[1]) + (1,) * (len(x) - 2)
     for f in ("mean", "inv_variance", "scale", "bias"):
         _check_operand(at, f, want, dims, "per-channel dims [1, C, 1, ...] with C = x's axis 1")
@@ -73,7 +73,7 @@ def check_layernorm(at, dims: Dims, scalar=None) -> dict[int, tuple[int, ...]]:
     dims with 1 on the normalized axes (:func:`norm_axes`).
     """
     if at.phase not in (NormFwdPhase.INFERENCE, NormFwdPhase.TRAINING):
-        raise LoweringError(f"field 'phase' value {_PHASE_NAMES.get(at.phase, at.phase)}: use "
+        raise GraphError(f"field 'phase' value {_PHASE_NAMES.get(at.phase, at.phase)}: use "
                             "hd.NormFwdPhase.INFERENCE or hd.NormFwdPhase.TRAINING")
     out = _check_row_norm(at, ("scale", "bias"), dims, scalar, at.normalized_dim_count)
     x = tuple(dims(at.x_uid))
@@ -82,9 +82,9 @@ def check_layernorm(at, dims: Dims, scalar=None) -> dict[int, tuple[int, ...]]:
     for f in ("mean", "inv_variance"):
         uid = getattr(at, f"{f}_uid")
         if training and uid == ABSENT:
-            raise LoweringError(f"field '{f}' is missing: the TRAINING phase outputs mean and inv_variance")
+            raise GraphError(f"field '{f}' is missing: the TRAINING phase outputs mean and inv_variance")
         if not training and uid != ABSENT:
-            raise LoweringError(f"field '{f}' is set (uid {uid}) but the phase is INFERENCE, which outputs "
+            raise GraphError(f"field '{f}' is set (uid {uid}) but the phase is INFERENCE, which outputs "
                                 "only y; use hd.NormFwdPhase.TRAINING to get the statistics")
         if uid != ABSENT:
             out[uid] = stats
@@ -116,35 +116,35 @@ def norm_axes(x: Sequence[int], scale: Sequence[int], normalized_dim_count: int 
     x, s = tuple(x), tuple(scale)
     rank = len(x)
     if not 1 <= len(s) <= rank:
-        raise LoweringError(f"field 'scale' dims {list(s)}: rank {len(s)} must be 1..{rank} (x's rank; a "
+        raise GraphError(f"field 'scale' dims {list(s)}: rank {len(s)} must be 1..{rank} (x's rank; a "
                             f"lower rank is right-aligned, as numpy broadcasts; x dims {list(x)})")
     s = (1,) * (rank - len(s)) + s
     for i, (a, b) in enumerate(zip(x, s)):
         if b not in (1, a):
-            raise LoweringError(f"field 'scale' dims {list(scale)}: axis {i} has extent {b}, neither 1 nor x's "
+            raise GraphError(f"field 'scale' dims {list(scale)}: axis {i} has extent {b}, neither 1 nor x's "
                                 f"{a} (x dims {list(x)})")
     run = 0
     while run < rank and s[rank - 1 - run] == x[rank - 1 - run]:
         run += 1
     first = 1 if run == rank else rank - run
     if any(d != 1 for d in s[:first]):
-        raise LoweringError(f"field 'scale' dims {list(scale)}: the normalized axes (where the scale has x's "
+        raise GraphError(f"field 'scale' dims {list(scale)}: the normalized axes (where the scale has x's "
                             f"extents) must be the trailing ones, with the scale 1 on every axis before "
                             f"them (x dims {list(x)}); e.g. [1, 1, E] normalizes the last axis of [B, S, E]")
     axes = tuple(range(first, rank))
     if normalized_dim_count:
         if not 1 <= normalized_dim_count < rank:
-            raise LoweringError(f"field 'normalized_dim_count' value {normalized_dim_count}: must be 1..{rank - 1} "
+            raise GraphError(f"field 'normalized_dim_count' value {normalized_dim_count}: must be 1..{rank - 1} "
                                 f"for x of rank {rank}")
         named = tuple(range(rank - normalized_dim_count, rank))
         if not axes:
             return named
         if [i for i in named if x[i] != 1] != [i for i in axes if x[i] != 1]:
-            raise LoweringError(f"field 'normalized_dim_count' value {normalized_dim_count} normalizes axes "
+            raise GraphError(f"field 'normalized_dim_count' value {normalized_dim_count} normalizes axes "
                                 f"{list(named)} but the scale dims {list(scale)} normalize axes {list(axes)} "
                                 f"(x dims {list(x)}); give the scale x's extents on exactly the normalized axes")
     if not axes:
-        raise LoweringError(f"field 'scale' dims {list(scale)}: extent 1 on every axis names no axis to normalize "
+        raise GraphError(f"field 'scale' dims {list(scale)}: extent 1 on every axis names no axis to normalize "
                             f"(x dims {list(x)}); give the scale x's extents on the normalized (trailing) axes, "
                             "e.g. [1, *x.dims[1:]] for every axis after the batch axis")
     return axes
@@ -157,46 +157,46 @@ def stats_dims(x: Sequence[int], axes: Sequence[int]) -> tuple[int, ...]:
 
 def check_epsilon(value: float) -> None:
     if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-        raise LoweringError(f"field 'epsilon' value {value!r}: must be a finite number >= 0 (e.g. 1e-5)")
+        raise GraphError(f"field 'epsilon' value {value!r}: must be a finite number >= 0 (e.g. 1e-5)")
 
 
 def _check_operand(at, field: str, want: tuple, dims: Dims, what: str) -> None:
     uid = getattr(at, f"{field}_uid")
     if uid == ABSENT:
-        raise LoweringError(f"field '{field}' is missing: pass a tensor of dims {list(want)} ({what})")
+        raise GraphError(f"field '{field}' is missing: pass a tensor of dims {list(want)} ({what})")
     got = tuple(dims(uid))
     if got != want:
-        raise LoweringError(f"field '{field}' dims {list(got)}: expected {list(want)} ({what})")
+        raise GraphError(f"field '{field}' dims {list(got)}: expected {list(want)} ({what})")
 
 
 def _check_row_norm(at, operands: Sequence[str], dims: Dims, scalar,
                     normalized_dim_count: int = 0) -> dict[int, tuple[int, ...]]:
     x = x_dims(at, dims)
     if len(x) < 2:
-        raise LoweringError(f"field 'x' dims {list(x)}: needs rank >= 2 (batch axis 0, then the "
+        raise GraphError(f"field 'x' dims {list(x)}: needs rank >= 2 (batch axis 0, then the "
                             "normalized axes)")
     scale = None
     for f in operands:
         uid = getattr(at, f"{f}_uid")
         if uid == ABSENT:
-            raise LoweringError(f"field '{f}' is missing: pass a tensor of dims {[1, *x[1:]]} (one value per "
+            raise GraphError(f"field '{f}' is missing: pass a tensor of dims {[1, *x[1:]]} (one value per "
                                 "normalized element; hipDNN's forms such as [1, 1, E] or [E] normalize fewer axes)")
         got = tuple(dims(uid))
         if scale is None:
             scale = got
             norm_axes(x, got, normalized_dim_count)
         elif (1,) * (len(x) - len(got)) + got != (1,) * (len(x) - len(scale)) + scale:
-            raise LoweringError(f"field '{f}' dims {list(got)}: must match the scale's dims {list(scale)}")
+            raise GraphError(f"field '{f}' dims {list(got)}: must match the scale's dims {list(scale)}")
     if at.epsilon_uid == ABSENT:
-        raise LoweringError("field 'epsilon' is missing: pass a scalar such as 1e-5")
+        raise GraphError("field 'epsilon' is missing: pass a scalar such as 1e-5")
     eps_dims = tuple(dims(at.epsilon_uid))
     if any(d != 1 for d in eps_dims):
-        raise LoweringError(f"field 'epsilon' dims {list(eps_dims)}: must be a scalar constant "
+        raise GraphError(f"field 'epsilon' dims {list(eps_dims)}: must be a scalar constant "
                             "(pass a Python float or g.tensor(value=...))")
     if scalar is not None:
         value = scalar(at.epsilon_uid)
         if value is None:
-            raise LoweringError("field 'epsilon': must be a scalar constant (pass a Python float or "
+            raise GraphError("field 'epsilon': must be a scalar constant (pass a Python float or "
                                 "g.tensor(value=...))", "unsupported")
         check_epsilon(value)
     return {at.y_uid: x}

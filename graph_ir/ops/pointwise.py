@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from graph_ir._fbs.graph_generated import PointwiseMode as M
-from graph_ir.desc import LoweringError
+from graph_ir.desc import GraphError
 
 ARITY = {
     **{m: 2 for m in (M.ADD, M.SUB, M.MUL, M.DIV, M.MAX_OP, M.MIN_OP, M.POW, M.MOD, M.ADD_SQUARE,
@@ -24,6 +24,6 @@ def broadcast_shape(shapes) -> tuple[int, ...]:
     for i in range(rank):
         ds = {s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0} - {1}
         if len(ds) > 1:
-            raise LoweringError(f"shapes {[list(s) for s in shapes]} do not broadcast together")
+            raise GraphError(f"shapes {[list(s) for s in shapes]} do not broadcast together")
         out.append(ds.pop() if ds else 1)
     return tuple(out)

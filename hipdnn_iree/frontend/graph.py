@@ -16,7 +16,7 @@ from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.frontend.node import _Node
 from hipdnn_iree.frontend.tensor import TensorAttributes
 from hipdnn_iree.plugin_sdk.types import DataType, NormFwdPhase, PointwiseMode, ReductionMode, as_enum
-from graph_ir.desc import (ABSENT, ATTRS_BY_KIND, GraphDesc, LoweringError, NodeDesc, OpKind, TensorDesc,
+from graph_ir.desc import (ABSENT, ATTRS_BY_KIND, GraphDesc, GraphError, NodeDesc, OpKind, TensorDesc,
                                encode_graph)
 from graph_ir.layout import packed_strides, physical_layout
 
@@ -245,7 +245,7 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
             from graph_ir.dynamic import analyze
             try:
                 self._shape_spec = analyze(self._desc)
-            except LoweringError as e:
+            except GraphError as e:
                 status = Status.NOT_SUPPORTED if e.kind == "unsupported" else Status.BAD_PARAM
                 raise HipdnnError(status, f"graph '{self.name}': dynamic shapes: {e}") from None
         return {"shape_spec": self._shape_spec.to_json(), "override": self._override,
@@ -366,7 +366,7 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
             t._stride = list(packed_strides(t._dim))
         try:
             lay = physical_layout(t._dim, t._stride, what, output=is_output)
-        except LoweringError as e:
+        except GraphError as e:
             raise HipdnnError(Status.BAD_PARAM, str(e)) from None
         itemsize = numpy_itemsize(t._data_type)
         span = 1 + sum((d - 1) * s for d, s in zip(t._dim, t._stride))
@@ -624,7 +624,7 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
             raise HipdnnError(Status.BAD_PARAM, f"from_hipdnn_graph: expected bytes, got {type(data).__name__}")
         try:
             desc = decode_graph(data)
-        except LoweringError as e:
+        except GraphError as e:
             status = Status.NOT_SUPPORTED if e.kind == "unsupported" else Status.BAD_PARAM
             raise HipdnnError(status, f"from_hipdnn_graph: {e}") from None
         lost = [f"tensor '{t.name}' (uid {t.uid}): {what}" for t in desc.tensors for what, on in (
@@ -714,7 +714,7 @@ def _inferred_strides(n: _Node, out_field: str, dims, hint=None) -> list[int]:
             continue
         try:
             lay = physical_layout(ref._dim, ref._stride)
-        except LoweringError:
+        except GraphError:
             continue
         if lay.bcast_axes:
             continue

@@ -13,7 +13,7 @@ import numpy as np
 
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from graph_ir.dtypes import ELEMENT_TYPES
-from graph_ir.layout import Layout, LoweringError, physical_layout
+from graph_ir.layout import Layout, GraphError, physical_layout
 
 
 @functools.lru_cache(maxsize=1)
@@ -142,7 +142,7 @@ def dense_view(t: BoundTensor, arr: np.ndarray) -> np.ndarray:
     """A C-contiguous view of ``arr`` in memory order (``layout.phys_shape``); never a copy."""
     try:
         lay = t.layout
-    except LoweringError as e:
+    except GraphError as e:
         raise HipdnnError(Status.BAD_PARAM, str(e)) from None
     what = f"tensor '{t.name}' (uid {t.uid})"
     if arr.dtype != t.dtype:

@@ -32,7 +32,7 @@ def resolve_tensors(spec, tensors: list[BoundTensor], variant_pack, overrides: d
     new dims (``spec.strides_for``); override strides that differ are BAD_PARAM (naming the uid),
     as are shapes the spec refuses (naming the uid, the dim and what the plan allows).
     """
-    from graph_ir.desc import LoweringError
+    from graph_ir.desc import GraphError
     overrides = overrides or {}
     shapes, alt = {}, {}
     for t in tensors:
@@ -58,12 +58,12 @@ def resolve_tensors(spec, tensors: list[BoundTensor], variant_pack, overrides: d
             alt[t.uid] = tuple(logical)
     try:
         resolved = spec.resolve(shapes)
-    except LoweringError as e:
+    except GraphError as e:
         resolved = None
         if alt:
             try:
                 resolved = spec.resolve({**shapes, **alt})
-            except LoweringError:
+            except GraphError:
                 pass
         if resolved is None:
             raise HipdnnError(Status.BAD_PARAM, f"execute: a shape this plan cannot take: {e}") from None

@@ -38,7 +38,7 @@ from lowering._context import LowerContext
 from lowering._emit import FLOAT_TYPES, Emitter, Sym, Value, is_static, tensor_type
 from graph_ir._fbs.graph_generated import DataType
 from lowering._registry import register_lowering
-from graph_ir.desc import LoweringError, NodeDesc, OpKind
+from graph_ir.desc import GraphError, NodeDesc, OpKind
 from graph_ir.ops.conv import ConvParams, check_forward, forward_shape
 
 _NAMED = {1: "linalg.conv_1d_ncw_fcw", 2: "linalg.conv_2d_nchw_fchw", 3: "linalg.conv_3d_ncdhw_fcdhw"}
@@ -429,7 +429,7 @@ def _check_float(node: NodeDesc, *vals: Value) -> None:
     for v in vals:
         if v.elem not in FLOAT_TYPES:
             what = (" (int8/uint8 operands: conv_fprop only)" if v.elem == "i8" else "")
-            raise LoweringError(f"{node.kind.name.lower()} '{node.name}': operands must be floating point{what}, "
+            raise GraphError(f"{node.kind.name.lower()} '{node.name}': operands must be floating point{what}, "
                                 f"got {v.elem}", "unsupported")
 
 
@@ -453,15 +453,15 @@ def _fprop_operands(ctx: LowerContext, node: NodeDesc, uids: Sequence[int], vals
         elif v.elem == "i8" and dt in _INT_OPERANDS:
             ints.append(True)
         else:
-            raise LoweringError(f"{name}: operands must be floating point or INT8/UINT8, got {v.elem}",
+            raise GraphError(f"{name}: operands must be floating point or INT8/UINT8, got {v.elem}",
                                 "unsupported")
     acc = ctx.compute_elem(node, default="i32" if all(ints) else "f32")
     if acc not in FLOAT_TYPES:
         if acc not in _INT_ACC:
-            raise LoweringError(f"{name}: integer convolutions accumulate in INT32 or INT64, not {acc} "
+            raise GraphError(f"{name}: integer convolutions accumulate in INT32 or INT64, not {acc} "
                                 f"(set compute_data_type INT32)", "unsupported")
         if not all(ints):
-            raise LoweringError(f"{name}: an integer compute type ({acc}) needs INT8/UINT8 operands, got "
+            raise GraphError(f"{name}: an integer compute type ({acc}) needs INT8/UINT8 operands, got "
                                 f"{' and '.join(v.elem for v in vals)}", "unsupported")
     return acc
 
@@ -478,11 +478,11 @@ def _geometry(node: NodeDesc, x, w, y, given: str | None) -> tuple[ConvParams, i
         if given is None:
             want, p, groups = forward_shape(x, w, node.attrs)
             if tuple(y) != want:
-                raise LoweringError(f"field 'y_uid' dims {list(y)} differ from the inferred {list(want)}")
+                raise GraphError(f"field 'y_uid' dims {list(y)} differ from the inferred {list(want)}")
             return p, groups
         return check_forward(x, w, y, node.attrs, given)
-    except LoweringError as e:
-        raise LoweringError(f"{node.kind.name.lower()} '{node.name}': {e}") from None
+    except GraphError as e:
+        raise GraphError(f"{node.kind.name.lower()} '{node.name}': {e}") from None
 
 
 # ---------------------------------------------------------------------------
@@ -565,7 +565,7 @@ def _conv_dynamic_spatial(node: NodeDesc, em: Emitter, x: Value, w: Value, group
     padded by the whole pre/post padding (a named conv reads the rows it needs of a larger input), in the
     channels-last form on CPUs and the channels-first form elsewhere, as the static lowering chooses."""
     if groups != 1 or p.rank != 2:
-        raise LoweringError(f"conv_fprop '{node.name}': varying spatial dims need an ungrouped 2-D convolution "
+        raise GraphError(f"conv_fprop '{node.name}': varying spatial dims need an ungrouped 2-D convolution "
                             f"(this one: {p.rank}-D, {groups} groups)", "unsupported")
     cl = channels_last(pol, groups, w.shape)
     xv = em.transpose(x, [0, 2, 3, 1]) if cl else x

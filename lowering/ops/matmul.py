@@ -21,7 +21,7 @@ from lowering._emit import FLOAT_TYPES, Value, dyn_operands
 from graph_ir._fbs.graph_generated import PointwiseMode
 from graph_ir._fbs.graph_generated import DataType
 from lowering._registry import register_lowering
-from graph_ir.desc import LoweringError, NodeDesc, OpKind
+from graph_ir.desc import GraphError, NodeDesc, OpKind
 from graph_ir.ops.matmul import matmul_shape
 
 _MMA_ELEMS = ("f16", "bf16")   # element types IREE's CUDA codegen sends to mma.sync
@@ -108,7 +108,7 @@ def lower_matmul(ctx: LowerContext, node: NodeDesc) -> None:
     floats = a.elem in FLOAT_TYPES or b.elem in FLOAT_TYPES
     acc = ctx.compute_elem(node, default="f32" if floats else "i32")
     if acc not in FLOAT_TYPES and floats:
-        raise LoweringError(f"matmul '{node.name}': an integer compute type ({acc}) needs integer operands, "
+        raise GraphError(f"matmul '{node.name}': an integer compute type ({acc}) needs integer operands, "
                             f"got {a.elem} and {b.elem}", "unsupported")
     em = ctx.em
     # NOTE: the named ops sign-extend integer operands: UINT8 ones are zero-extended here first

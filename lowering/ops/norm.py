@@ -25,7 +25,7 @@ from lowering._context import LowerContext
 from lowering._emit import FLOAT_TYPES, Emitter, Value
 from graph_ir._fbs.graph_generated import NormFwdPhase, ReductionMode
 from lowering._registry import register_lowering
-from graph_ir.desc import LoweringError, NodeDesc, OpKind
+from graph_ir.desc import GraphError, NodeDesc, OpKind
 from graph_ir.ops.norm import (REDUCTION_MODES, check_batchnorm, check_layernorm, check_reduction_mode, check_rmsnorm,
                                norm_axes, reduced_axes)
 from lowering.ops.pointwise import _Math
@@ -70,8 +70,8 @@ def _checked(ctx: LowerContext, node: NodeDesc, check: Callable):
 
     try:
         return check(dims, scalar)
-    except LoweringError as e:
-        raise LoweringError(f"{node.kind.name.lower()} '{node.name}': {e}", e.kind) from None
+    except GraphError as e:
+        raise GraphError(f"{node.kind.name.lower()} '{node.name}': {e}", e.kind) from None
 
 
 # ---------------------------------------------------------------------------

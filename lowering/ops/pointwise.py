@@ -8,7 +8,7 @@ from lowering._emit import FLOAT_TYPES, Emitter
 from graph_ir._fbs.graph_generated import DataType
 from graph_ir._fbs.graph_generated import PointwiseMode as M
 from lowering._registry import register_lowering
-from graph_ir.desc import LoweringError, NodeDesc, OpKind
+from graph_ir.desc import GraphError, NodeDesc, OpKind
 from graph_ir.ops.pointwise import ARITY, broadcast_shape
 
 SOFTPLUS_THRESHOLD = 20.0   # beta * x above it: softplus(x) == x to float precision (hipDNN has no field)
@@ -156,7 +156,7 @@ def _fwd(mm: _Math, mode: int, x: list[str], attrs) -> str:
         bx = mm.mul(mm.c(beta), xx)
         d = mm.select(mm.cmp("ogt", bx, mm.c(thr)), mm.c(1.0), mm.sigmoid(bx))
     else:
-        raise LoweringError(f"pointwise mode {mode} is not supported", "unsupported")
+        raise GraphError(f"pointwise mode {mode} is not supported", "unsupported")
     return mm.mul(dy, d)
 
 
@@ -167,10 +167,10 @@ def lower_pointwise(ctx: LowerContext, node: NodeDesc) -> None:
     attrs = node.attrs
     mode = attrs.operation
     if mode not in ARITY:
-        raise LoweringError(f"pointwise '{node.name}': mode {mode} is not supported", "unsupported")
+        raise GraphError(f"pointwise '{node.name}': mode {mode} is not supported", "unsupported")
     ins = [ctx.value(u) for u in attrs.inputs()]
     if len(ins) != ARITY[mode]:
-        raise LoweringError(f"pointwise '{node.name}': mode {M.__dict__.get(mode, mode)} takes "
+        raise GraphError(f"pointwise '{node.name}': mode {M.__dict__.get(mode, mode)} takes "
                             f"{ARITY[mode]} inputs, got {len(ins)}")
     out_uid = attrs.out_0_uid
     shape = ctx.dims(out_uid)
@@ -181,7 +181,7 @@ def lower_pointwise(ctx: LowerContext, node: NodeDesc) -> None:
     if mode == M.GEN_INDEX:
         axis = attrs.axis
         if axis is None or not 0 <= axis < len(shape):
-            raise LoweringError(f"pointwise '{node.name}': GEN_INDEX needs axis_tensor_uid (the axis) in "
+            raise GraphError(f"pointwise '{node.name}': GEN_INDEX needs axis_tensor_uid (the axis) in "
                                 f"[0, {len(shape)}), got {axis}")
         def body(args):
             idx = em.op(f"linalg.index {axis} : index")
@@ -220,6 +220,6 @@ def lower_pointwise(ctx: LowerContext, node: NodeDesc) -> None:
             xs = [em.cast(x, v.elem, ct, u) for x, v, u in zip(args[:-1], ins, uns)]
             return em.cast(_fwd(mm, mode, xs, attrs), ct, out_elem)
     if broadcast_shape([v.shape for v in ins] + [shape]) != shape:
-        raise LoweringError(f"pointwise '{node.name}': inputs of shapes {[list(v.shape) for v in ins]} "
+        raise GraphError(f"pointwise '{node.name}': inputs of shapes {[list(v.shape) for v in ins]} "
                             f"do not broadcast to the output dims {list(shape)}")
     ctx.define(out_uid, em.elementwise(ins, shape, out_elem, body))

@@ -49,7 +49,7 @@ import math
 from lowering._context import LowerContext, is_nan
 from lowering._emit import FLOAT_TYPES, Emitter, Sym, Value, is_static, tensor_type
 from lowering._registry import register_lowering
-from graph_ir.desc import ABSENT, LoweringError, NodeDesc, OpKind
+from graph_ir.desc import ABSENT, GraphError, NodeDesc, OpKind
 from graph_ir.ops.sdpa import check_scale_dims, check_scale_value, mask_broadcasts, sdpa_shape
 from lowering.ops.matmul import needs_relayout_barrier, propagation_barrier
 
@@ -131,7 +131,7 @@ def sdpa_scale(ctx: LowerContext, node: NodeDesc, head_dim: int) -> float | Valu
         return 1.0 / math.sqrt(head_dim) if is_nan(at.attn_scale) else float(at.attn_scale)
     try:
         if not is_nan(at.attn_scale):
-            raise LoweringError(f"both attn_scale_value ({at.attn_scale}) and scale_tensor_uid ({at.scale_uid}) "
+            raise GraphError(f"both attn_scale_value ({at.attn_scale}) and scale_tensor_uid ({at.scale_uid}) "
                                 "are set; give the scale one way")
         t = ctx.tensor(at.scale_uid)
         check_scale_dims(tuple(t.dims))
@@ -140,11 +140,11 @@ def sdpa_scale(ctx: LowerContext, node: NodeDesc, head_dim: int) -> float | Valu
             return float(t.scalar_value)
         v = ctx.value(at.scale_uid)
         if v.elem not in FLOAT_TYPES:
-            raise LoweringError(f"field 'scale_tensor_uid': tensor '{t.name}' has element type {v.elem}; the "
+            raise GraphError(f"field 'scale_tensor_uid': tensor '{t.name}' has element type {v.elem}; the "
                                 "scale must be a float", "unsupported")
         return ctx.em.reshape(v, ())
-    except LoweringError as e:
-        raise LoweringError(f"sdpa '{node.name}': {e}", e.kind) from None
+    except GraphError as e:
+        raise GraphError(f"sdpa '{node.name}': {e}", e.kind) from None
 
 
 def _scale_scalar(em: Emitter, scale: float | Value, elem: str) -> str:
@@ -160,8 +160,8 @@ def lower_sdpa(ctx: LowerContext, node: NodeDesc) -> None:
     q, k, v = ctx.value(at.q_uid), ctx.value(at.k_uid), ctx.value(at.v_uid)
     try:
         sdpa_shape(q.shape, k.shape, v.shape)
-    except LoweringError as e:
-        raise LoweringError(f"sdpa '{node.name}': {e}") from None
+    except GraphError as e:
+        raise GraphError(f"sdpa '{node.name}': {e}") from None
     ct = ctx.compute_elem(node)
     if ct not in FLOAT_TYPES:
         ct = "f32"  # NOTE: softmax needs a float type; an integer compute type falls back to f32
@@ -172,10 +172,10 @@ def lower_sdpa(ctx: LowerContext, node: NodeDesc) -> None:
     if at.mask_uid != ABSENT:
         mask = ctx.value(at.mask_uid)
         if mask.elem not in FLOAT_TYPES and mask.elem != "i1":
-            raise LoweringError(f"sdpa '{node.name}': mask element type {mask.elem} is not supported; use a "
+            raise GraphError(f"sdpa '{node.name}': mask element type {mask.elem} is not supported; use a "
                                 f"BOOLEAN (true = keep) or a float (additive) mask", "unsupported")
         if not mask_broadcasts(mask.shape, (b, hq, sq, skv)):
-            raise LoweringError(f"sdpa '{node.name}': field 'mask_uid' dims {list(mask.shape)} do not broadcast "
+            raise GraphError(f"sdpa '{node.name}': field 'mask_uid' dims {list(mask.shape)} do not broadcast "
                                 f"to the scores [{b}, {hq}, {sq}, {skv}]")
     blocker = fused_path_blocker(q.elem, k.elem, v.elem, mask and mask.elem, ct)
     if blocker is None and not ctx.policy.sdpa_fused:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from hipdnn_iree.frontend.ops.registry import bad, register_frontend, register_infer
-from graph_ir.desc import LoweringError, NodeDesc, OpKind
+from graph_ir.desc import GraphError, NodeDesc, OpKind
 
 register_frontend(OpKind.MATMUL, "matmul")
 register_frontend(OpKind.POINTWISE, "pointwise")
@@ -16,7 +16,7 @@ def infer_matmul(node: NodeDesc, dims) -> dict:
     at = node.attrs
     try:
         return {at.c_uid: matmul_shape(dims(at.a_uid), dims(at.b_uid), node.name)}
-    except LoweringError as e:
+    except GraphError as e:
         raise bad(node, str(e)) from None
 
 
@@ -34,7 +34,7 @@ def infer_pointwise(node: NodeDesc, dims) -> dict:
         raise bad(node, f"mode {PointwiseMode(mode).name} takes {ARITY[mode]} input(s), got {n}")
     try:
         return {at.out_0_uid: broadcast_shape([dims(u) for u in at.inputs()])}
-    except LoweringError as e:
+    except GraphError as e:
         raise bad(node, str(e)) from None
 
 

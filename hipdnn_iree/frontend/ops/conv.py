@@ -10,7 +10,7 @@ import numbers
 from hipdnn_iree.frontend.ops.registry import bad, register_frontend, register_infer
 from hipdnn_iree.frontend.tensor import INT64_MAX, INT64_MIN
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
-from graph_ir.desc import LoweringError, NodeDesc, OpKind
+from graph_ir.desc import GraphError, NodeDesc, OpKind
 
 
 def _int_tuple(op: str, field: str, value, rank: int | None) -> tuple[int, ...]:
@@ -177,7 +177,7 @@ def _given(dims, uid: int):
 
 def _same_rank(a, a_field: str, b, b_field: str) -> None:
     if len(a) != len(b):
-        raise LoweringError(f"field '{b_field}' dims {list(b)} (rank {len(b)}) must have the rank of "
+        raise GraphError(f"field '{b_field}' dims {list(b)} (rank {len(b)}) must have the rank of "
                             f"{a_field} dims {list(a)} (rank {len(a)})")
 
 
@@ -188,7 +188,7 @@ def infer_conv_fprop(node: NodeDesc, dims) -> dict:
     at = node.attrs
     try:
         y, _, _ = forward_shape(dims(at.x_uid), dims(at.w_uid), at)
-    except LoweringError as e:
+    except GraphError as e:
         raise bad(node, str(e)) from None
     return {at.y_uid: y}
 
@@ -204,12 +204,12 @@ def infer_conv_dgrad(node: NodeDesc, dims) -> dict:
         conv_params(at, spatial_rank(dy, "y_uid"))
         _same_rank(dy, "dy", w, "w_uid")
         if dy[1] != w[0]:
-            raise LoweringError(f"field 'w_uid' dims {list(w)}: w.dims[0] = {w[0]} output channels but dy has "
+            raise GraphError(f"field 'w_uid' dims {list(w)}: w.dims[0] = {w[0]} output channels but dy has "
                                 f"{dy[1]} channels (dy dims {list(dy)})")
         if dx is not None:
             _same_rank(dy, "dy", dx, "x_uid")
             check_forward(dx, w, dy, at, "x_uid")
-    except LoweringError as e:
+    except GraphError as e:
         raise bad(node, str(e)) from None
     return {at.x_uid: dx} if dx is not None else {}
 
@@ -225,11 +225,11 @@ def infer_conv_wgrad(node: NodeDesc, dims) -> dict:
         conv_params(at, spatial_rank(x, "x_uid"))
         _same_rank(x, "x", dy, "y_uid")
         if dy[0] != x[0]:
-            raise LoweringError(f"field 'y_uid' dims {list(dy)}: batch {dy[0]} differs from x's batch {x[0]} "
+            raise GraphError(f"field 'y_uid' dims {list(dy)}: batch {dy[0]} differs from x's batch {x[0]} "
                                 f"(x dims {list(x)})")
         if dw is not None:
             _same_rank(x, "x", dw, "w_uid")
             check_forward(x, dw, dy, at, "w_uid")
-    except LoweringError as e:
+    except GraphError as e:
         raise bad(node, str(e)) from None
     return {at.w_uid: dw} if dw is not None else {}

@@ -14,7 +14,7 @@ from hipdnn_iree.frontend.ops.registry import bad, register_frontend, register_i
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.frontend.tensor import TensorAttributes
 from hipdnn_iree.plugin_sdk.types import NormFwdPhase, ReductionMode, as_enum
-from graph_ir.desc import LoweringError, NodeDesc, OpKind
+from graph_ir.desc import GraphError, NodeDesc, OpKind
 from graph_ir.ops.norm import (check_batchnorm, check_epsilon, check_layernorm, check_reduction_mode,
                                check_rmsnorm, reduced_axes, x_dims)
 
@@ -132,7 +132,7 @@ class NormOps:
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
             try:
                 check_epsilon(float(value))
-            except LoweringError as e:
+            except GraphError as e:
                 raise HipdnnError(Status.BAD_PARAM, f"{kind.name.lower()} '{name}': {e}") from None
         return name
 
@@ -152,7 +152,7 @@ def _optional_dims(dims, uid):
 def _wrap(node: NodeDesc, check):
     try:
         return check()
-    except LoweringError as e:
+    except GraphError as e:
         raise bad(node, str(e)) from None
 
 

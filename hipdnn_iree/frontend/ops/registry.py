@@ -11,7 +11,7 @@ import functools
 from typing import Callable
 
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
-from graph_ir.desc import LoweringError, NodeDesc, OpKind
+from graph_ir.desc import GraphError, NodeDesc, OpKind
 
 INFER: dict[OpKind, Callable] = {}
 # op kind -> name of the Graph method that adds it (checked by the op-completeness test)

@@ -12,7 +12,7 @@ from hipdnn_iree.frontend.ops.registry import bad, register_frontend, register_i
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.frontend.tensor import TensorAttributes
 from hipdnn_iree.plugin_sdk.types import DataType
-from graph_ir.desc import ABSENT, LoweringError, NodeDesc, OpKind
+from graph_ir.desc import ABSENT, GraphError, NodeDesc, OpKind
 
 _FLOAT_COMPUTE = (DataType.NOT_SET, DataType.FLOAT, DataType.HALF, DataType.BFLOAT16, DataType.DOUBLE)
 
@@ -93,7 +93,7 @@ def infer_sdpa(node: NodeDesc, dims) -> dict:
     q, k, v = dims(at.q_uid), dims(at.k_uid), dims(at.v_uid)
     try:
         out = sdpa_shape(q, k, v)
-    except LoweringError as e:
+    except GraphError as e:
         raise bad(node, str(e)) from None
     scale = at.attn_scale
     if not math.isnan(scale) and not (math.isfinite(scale) and scale > 0):
@@ -105,7 +105,7 @@ def infer_sdpa(node: NodeDesc, dims) -> dict:
                             "scale one way")
         try:
             check_scale_dims(tuple(dims(at.scale_uid)))
-        except LoweringError as e:
+        except GraphError as e:
             raise bad(node, str(e)) from None
     if at.mask_uid != ABSENT:
         scores = (q[0], q[1], q[2], k[2])

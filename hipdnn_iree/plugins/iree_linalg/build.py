@@ -19,7 +19,7 @@ from hipdnn_iree.plugins.iree_linalg.knobs import GraphSummary, Resolved, resolv
 from hipdnn_iree.plugins.iree_linalg.session import IreeSession
 from hipdnn_iree.plugins.iree_linalg.targets import Target
 from lowering import LOWERINGS
-from graph_ir import LoweringError, decode_graph
+from graph_ir import GraphError, decode_graph
 from graph_ir.desc import GraphDesc, unsupported_reason
 
 _LOWERING_STATUS = {"unsupported": Status.NOT_SUPPORTED, "internal": Status.INTERNAL_ERROR}
@@ -52,14 +52,14 @@ def _decoded(op_graph, session: IreeSession | None) -> GraphDesc:
 def decode(op_graph: bytes, session: IreeSession | None = None) -> GraphDesc:
     try:
         return _decoded(op_graph, session)
-    except LoweringError as e:
+    except GraphError as e:
         raise HipdnnError(Status.BAD_PARAM, f"IREE_LINALG cannot read the op graph: {e}") from None
 
 
 def applicable(op_graph: bytes, session: IreeSession | None = None) -> bool:
     try:
         g = _decoded(op_graph, session)
-    except LoweringError:
+    except GraphError:
         return False
     return all(n.kind in LOWERINGS for n in g.nodes) and unsupported_reason(g, tuple(LOWERINGS)) is None
 
@@ -117,7 +117,7 @@ def _spec(dynamic):
     from graph_ir.dynamic import ShapeSpec
     try:
         return ShapeSpec.from_json(dynamic["shape_spec"])
-    except (LoweringError, KeyError, TypeError, ValueError) as e:
+    except (GraphError, KeyError, TypeError, ValueError) as e:
         raise HipdnnError(Status.BAD_PARAM, f"IREE_LINALG: the dynamic build's shape spec is unreadable: {e}") from None
 
 
@@ -137,7 +137,7 @@ def topology_key(desc: GraphDesc, spec) -> str:
             try:
                 lay = physical_layout(t.dims, t.strides)
                 form = [list(lay.order), sorted(lay.bcast_axes), lay.is_dense]
-            except LoweringError:
+            except GraphError:
                 form = None
             if form is None or not form[2]:
                 form = [list(t.strides)]
@@ -219,7 +219,7 @@ def lower(desc: GraphDesc, op_graph: bytes, resolved: Resolved, verify: bool = T
             return lower_graph(desc, resolved.policy.target, verify=verify, graph_bytes=op_graph,
                                policy=resolved.policy, shape_spec=shape_spec, specialize=specialize)
         return lower_graph(desc, resolved.policy.target, verify=verify, graph_bytes=op_graph, policy=resolved.policy)
-    except LoweringError as e:
+    except GraphError as e:
         status = statuses.get(e.kind, statuses.get("", Status.BAD_PARAM))
         raise HipdnnError(status, f"IREE_LINALG cannot lower the graph{what}: {e}") from None
 

@@ -174,10 +174,10 @@ def describe_payload(env, file_bytes: int, engine_name: str, legacy: bool, verif
 
 def _read_graph(info: PlanInfo, graph: bytes) -> None:
     """A kind-1 plan: the hipDNN graph it holds (compiled when restored); tensors as the ABI would list them."""
-    from graph_ir.desc import TABLE_NAMES, LoweringError, decode_graph
+    from graph_ir.desc import TABLE_NAMES, GraphError, decode_graph
     try:
         desc = decode_graph(graph)
-    except LoweringError as e:
+    except GraphError as e:
         raise HipdnnError(Status.PLUGIN_ERROR, f"plugin payload: FUSPLAN kind 1: the hipDNN graph it holds cannot "
                                                f"be read: {e}") from None
     from graph_ir.dtypes import data_type_name

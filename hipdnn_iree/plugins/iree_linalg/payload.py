@@ -144,14 +144,14 @@ def kind1_graph(session: IreeSession, plan, info: dict, lower: bool = True) -> b
     """The checked graph of a kind-1 plan. ``lower``: also lower it once without the compiler (the
     refusals of a graph this engine cannot compile, where no build follows)."""
     from lowering import LOWERINGS
-    from graph_ir import LoweringError, decode_graph
+    from graph_ir import GraphError, decode_graph
     from lowering._lower import lower_graph
     from graph_ir.desc import unsupported_reason
     what = "FUSPLAN payload_kind 1 (hipDNN graph FlatBuffer)"
     graph = bytes(plan.body)
     try:
         desc = decode_graph(graph)
-    except LoweringError as e:
+    except GraphError as e:
         status = Status.NOT_SUPPORTED if e.kind == "unsupported" else Status.PLUGIN_ERROR
         raise HipdnnError(status, f"{what}: the graph it holds cannot be read: {e}") from None
     why = unsupported_reason(desc, tuple(LOWERINGS))
@@ -168,7 +168,7 @@ def kind1_graph(session: IreeSession, plan, info: dict, lower: bool = True) -> b
         return graph
     try:
         lower_graph(desc, str(session.target), verify=False, graph_bytes=graph)
-    except LoweringError as e:
+    except GraphError as e:
         status = {"unsupported": Status.NOT_SUPPORTED}.get(e.kind, Status.PLUGIN_ERROR)
         raise HipdnnError(status, f"{what}: graph '{desc.name}' cannot be lowered: {e}") from None
     except HipdnnError:
@@ -286,10 +286,10 @@ def restore(session: IreeSession, serialized, plan_info=None) -> IreeExecutionCo
             ctx.knobs = knobs
         if meta.shape_spec:
             from graph_ir.dynamic import ShapeSpec
-            from graph_ir.desc import LoweringError
+            from graph_ir.desc import GraphError
             try:
                 ctx.shape_spec = ShapeSpec.from_json(meta.shape_spec)
-            except (LoweringError, ValueError, KeyError, TypeError) as e:
+            except (GraphError, ValueError, KeyError, TypeError) as e:
                 raise HipdnnError(Status.PLUGIN_ERROR, f"FUSPLAN metadata shape_spec is unreadable: {e}") from None
             ctx.override = bool(info.get("is_override_shape_enabled", True))
             # NOTE: the module may come from a kernel cache (built at another graph's dims): the

@@ -14,7 +14,7 @@ from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.plugin_sdk.version import __version__
 from hipdnn_iree.plugins.numpy_reference import conv, norm, pointwise, sdpa  # noqa: F401  (register)
 from hipdnn_iree.plugins.numpy_reference.registry import REFERENCES
-from graph_ir.desc import GraphDesc, LoweringError, decode_graph
+from graph_ir.desc import GraphDesc, GraphError, decode_graph
 
 ENGINE_NAME = "NUMPY_REFERENCE"
 ENGINE_ID = engine_id_from_name(ENGINE_NAME)
@@ -120,7 +120,7 @@ class NumpyReferencePlugin:
     def get_applicable_engine_ids(self, op_graph: bytes) -> list[int]:
         try:
             g = decode_graph(op_graph)
-        except LoweringError:
+        except GraphError:
             return []
         from graph_ir.desc import unsupported_reason
         ok = all(n.kind in REFERENCES for n in g.nodes) and unsupported_reason(g, tuple(REFERENCES)) is None
@@ -133,20 +133,20 @@ class NumpyReferencePlugin:
                                  dynamic=None) -> ReferenceContext:
         try:
             g = decode_graph(op_graph)
-        except LoweringError as e:
+        except GraphError as e:
             raise HipdnnError(Status.BAD_PARAM, str(e)) from None
         ctx = ReferenceContext(g, bound_tensors(g))
         for t in ctx.tensors:
             if t.role == "output":     # NOTE: inputs may alias (read through their strides); outputs may not
                 try:
                     t.layout
-                except LoweringError as e:
+                except GraphError as e:
                     raise HipdnnError(Status.BAD_PARAM, f"NUMPY_REFERENCE: {e}") from None
         if dynamic:
             from graph_ir.dynamic import ShapeSpec
             try:
                 ctx.shape_spec = ShapeSpec.from_json(dynamic["shape_spec"])
-            except (LoweringError, KeyError, TypeError) as e:
+            except (GraphError, KeyError, TypeError) as e:
                 raise HipdnnError(Status.BAD_PARAM, f"NUMPY_REFERENCE: unreadable shape spec: {e}") from None
             ctx.override = bool(dynamic.get("override"))
         return ctx

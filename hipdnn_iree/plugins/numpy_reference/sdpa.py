@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from hipdnn_iree.plugins.numpy_reference.registry import register_reference
-from graph_ir.desc import ABSENT, LoweringError, NodeDesc, OpKind
+from graph_ir.desc import ABSENT, GraphError, NodeDesc, OpKind
 
 
 def sdpa(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float | None = None, is_causal: bool = False,
@@ -56,7 +56,7 @@ def ref_sdpa(node: NodeDesc, env: dict) -> dict:
     if at.mask_uid != ABSENT:
         mask = np.asarray(env[at.mask_uid])
         if mask.dtype.kind in "iu":  # NOTE: as the lowering: BOOLEAN keeps, floats add
-            raise LoweringError(f"sdpa '{node.name}': mask type {mask.dtype} is not supported", "unsupported")
+            raise GraphError(f"sdpa '{node.name}': mask type {mask.dtype} is not supported", "unsupported")
     scale = None if math.isnan(at.attn_scale) else at.attn_scale
     if at.scale_uid != ABSENT:   # NOTE: a constant or a one-element tensor bound at execute
         scale = float(np.asarray(env[at.scale_uid], dtype=np.float64).reshape(-1)[0])
