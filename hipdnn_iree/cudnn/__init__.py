@@ -17,7 +17,8 @@ from hipdnn_iree.cudnn._enums import (behavior_note, build_plan_policy, cudnnErr
 from hipdnn_iree.cudnn._handle import (FRONTEND_API, DeviceProperties, Handle, backend_version, backend_version_string,
                                        create_device_properties, create_handle, create_kernel_cache, destroy_handle,
                                        engine_version_string, get_last_error_string, get_stream, set_stream)
-from hipdnn_iree.cudnn._graph import graph, graph_cache, jit, knob, pygraph, tensor
+from hipdnn_iree.cudnn._graph import graph, graph_cache, jit, pygraph
+from hipdnn_iree.cudnn._tensor import knob, tensor
 
 # NOTE: the cuDNN frontend release whose Python API this facade follows (cuDNN FE's own
 # cudnn.__version__ names its release); engine_version_string() names this project.
