@@ -476,8 +476,9 @@ def _generic(kind: OpKind, outs: tuple[str, ...], rename: dict | None = None) ->
     return cls
 
 
-# The node types parsed but not lowered: output tensors (and RENAME where the rule does not fit).
-_GENERIC = {
+# The node types parsed but not lowered: output tensors (and RENAME where the rule does not fit). Their
+# OpDefs (graph_ir/ops/_parse_only.py, supported=False) come from this table; every other kind is lowered.
+PARSE_ONLY = {
     OpKind.BATCHNORM_BACKWARD: (("dx_uid", "dscale_uid", "dbias_uid"), {"peer_stats_tensor_uid": "peer_stats_uids"}),
     OpKind.BATCHNORM: (("y_uid", "mean_uid", "inv_variance_uid", "next_running_mean_uid", "next_running_variance_uid"),
                        {"peer_stats_tensor_uid": "peer_stats_uids"}),
@@ -494,15 +495,16 @@ _GENERIC = {
     OpKind.MOE_GROUPED_MATMUL_BWD: (("dweight_uid",),),
 }
 
-LOWERED_KINDS = (OpKind.POINTWISE, OpKind.MATMUL, OpKind.CONV_FPROP, OpKind.CONV_DGRAD, OpKind.CONV_WGRAD,
-                 OpKind.REDUCTION, OpKind.BATCHNORM_INFERENCE, OpKind.LAYERNORM, OpKind.RMSNORM, OpKind.SDPA)
+# The kinds this project lowers: those not in PARSE_ONLY (graph_ir.opdef.check_registry checks that each
+# has a supported OpDef).
+LOWERED_KINDS = tuple(k for k in OpKind if k not in PARSE_ONLY)
 
 ATTRS_BY_KIND: dict[OpKind, type[_Attrs]] = {
     cls.KIND: cls
     for cls in (PointwiseAttrs, MatmulAttrs, ConvFpropAttrs, ConvDgradAttrs, ConvWgradAttrs,
                 ReductionAttrs, BatchnormInferenceAttrs, LayernormAttrs, RmsnormAttrs, SdpaAttrs)
 }
-for _kind, _args in _GENERIC.items():
+for _kind, _args in PARSE_ONLY.items():
     ATTRS_BY_KIND[_kind] = _generic(_kind, *_args)
     globals()[ATTRS_BY_KIND[_kind].__name__] = ATTRS_BY_KIND[_kind]
 assert set(ATTRS_BY_KIND) == set(OpKind), set(OpKind) - set(ATTRS_BY_KIND)

@@ -36,13 +36,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from graph_ir.desc import ABSENT, GraphDesc, GraphError, OpKind
+from graph_ir.desc import GraphDesc, GraphError, OpKind
 from graph_ir.layout import physical_layout
+from graph_ir.opdef import OPS
 
 SPEC_VERSION = 1
 
 # assertion strengths, strongest first
-_FIXED, _VARY, _BPARAM, _BTOKEN, _PPARAM, _PTOKEN = range(6)
+FIXED, VARY, BPARAM, BTOKEN, PPARAM, PTOKEN = range(6)
 
 
 @dataclass(frozen=True)
@@ -257,11 +258,14 @@ class ShapeSpec:
 # ---------------------------------------------------------------------------
 
 
-class _Facts:
-    """Union-find over (uid, axis) keys with strength-tagged vary/fixed assertions."""
+class Facts:
+    """Union-find over (uid, axis) keys with strength-tagged vary/fixed assertions; what each op's
+    ``OpDef.dynamic`` rule writes into. ``conv_spatial``, ``wgrad_n``: :func:`analyze`'s options."""
 
-    def __init__(self, graph: GraphDesc):
+    def __init__(self, graph: GraphDesc, conv_spatial: bool = True, wgrad_n: bool = True):
         self.graph = graph
+        self.conv_spatial = conv_spatial
+        self.wgrad_n = wgrad_n
         self.parent: dict = {}
         self.marks: dict = {}           # key -> list of (strength, label)
         self.derived: list = []         # (out key, in key, Step)
@@ -295,10 +299,10 @@ class _Facts:
         else:
             for u, i, d in ((ua, ia, da), (ub, ib, db)):
                 if d == 1:
-                    self.mark((u, i), _FIXED)
+                    self.mark((u, i), FIXED)
 
 
-def _right_aligned(f: _Facts, op: int, out: int, same_shape_only_ones: bool = True):
+def right_aligned(f: Facts, op: int, out: int, same_shape_only_ones: bool = True):
     """Pointwise-style: unify ``op``'s axes with ``out``'s, right-aligned. An operand whose dims differ
     from the output's keeps its size-1 axes fixed (they broadcast)."""
     a, o = f.dims(op), f.dims(out)
@@ -306,207 +310,30 @@ def _right_aligned(f: _Facts, op: int, out: int, same_shape_only_ones: bool = Tr
     full = a == o
     for i, d in enumerate(a):
         if d == 1 and not full:
-            f.mark((op, i), _FIXED)
+            f.mark((op, i), FIXED)
         elif d == o[off + i]:
             f.union((op, i), (out, off + i))
         else:
-            f.mark((op, i), _FIXED)
-
-
-def _pointwise(f: _Facts, node):
-    at = node.attrs
-    out = at.outputs()[0]
-    o = f.dims(out)
-    rank = len(o)
-    ins = [u for u in at.inputs() if not f.graph.tensor(u).is_scalar]
-    for u in ins:
-        _right_aligned(f, u, out)
-    for u in ins:
-        a = f.dims(u)
-        off = rank - len(a)
-        padded = (1,) * off + a
-        if padded != o and any(d != 1 for d in padded):
-            # a per-channel style operand: the axes it spans are parameters, the others tokens
-            for i in range(rank):
-                f.mark((out, i), _BPARAM if padded[i] == o[i] and o[i] != 1 else _BTOKEN)
-    for i in range(rank):
-        f.mark((out, i), _PPARAM if (rank >= 2 and i == rank - 1) else _PTOKEN, "S" if i else "N")
-        carried = any(f.find((u, i - (rank - len(f.dims(u))))) == f.find((out, i))
-                      for u in ins if i - (rank - len(f.dims(u))) >= 0)
-        if not carried:
-            f.mark((out, i), _FIXED)    # every operand broadcasts here: the size is the op's, fixed
-
-
-def _matmul(f: _Facts, node):
-    at = node.attrs
-    a, b, c = at.a_uid, at.b_uid, at.c_uid
-    da, db, dc = f.dims(a), f.dims(b), f.dims(c)
-    nb = len(dc) - 2
-    for u, d in ((a, da), (b, db)):
-        off = nb - (len(d) - 2)
-        for i in range(len(d) - 2):
-            if d[i] == dc[off + i] and not (u == b and d[i] == 1):
-                f.union((u, i), (c, off + i))
-            else:
-                f.mark((u, i), _FIXED)
-    for i in range(nb):
-        # NOTE: a batch dim no operand carries (both broadcast or absent) is made by the op: fixed
-        carried = any(len(d) - 2 > i - (nb - (len(d) - 2)) >= 0 and d[i - (nb - (len(d) - 2))] == dc[i]
-                      and not (u == b and dc[i] == 1) for u, d in ((a, da), (b, db)))
-        f.mark((c, i), _VARY if carried else _FIXED, "B")
-    f.union((a, len(da) - 2), (c, nb))
-    f.mark((c, nb), _VARY, "M")
-    f.union((a, len(da) - 1), (b, len(db) - 2))
-    f.mark((a, len(da) - 1), _FIXED)
-    f.union((b, len(db) - 1), (c, nb + 1))
-    f.mark((c, nb + 1), _FIXED)
-
-
-def _reduction(f: _Facts, node):
-    at = node.attrs
-    x, y = f.dims(at.x_uid), f.dims(at.y_uid)
-    for i, (dx, dy) in enumerate(zip(x, y)):
-        if dy == dx:
-            f.union((at.x_uid, i), (at.y_uid, i))
-            f.mark((at.y_uid, i), _VARY, "N" if i == 0 else "S")
-        else:
-            f.mark((at.x_uid, i), _FIXED)
-            f.mark((at.y_uid, i), _FIXED)
-
-
-def _batchnorm(f: _Facts, node):
-    at = node.attrs
-    x = f.dims(at.x_uid)
-    for i in range(len(x)):
-        f.union((at.x_uid, i), (at.y_uid, i))
-        f.mark((at.x_uid, i), _FIXED if i == 1 else _VARY, "N" if i == 0 else "H")
-    for u in (at.mean_uid, at.inv_variance_uid, at.scale_uid, at.bias_uid):
-        if u != ABSENT and not f.graph.tensor(u).is_scalar:
-            _right_aligned(f, u, at.x_uid)
-            for i in range(len(f.dims(u))):
-                f.mark((u, i), _FIXED)
-
-
-def _rownorm(f: _Facts, node):
-    from graph_ir.ops.norm import norm_axes
-    at = node.attrs
-    x = f.dims(at.x_uid)
-    scale = f.dims(at.scale_uid)
-    axes = norm_axes(x, scale, getattr(at, "normalized_dim_count", 0))
-    for i in range(len(x)):
-        f.union((at.x_uid, i), (at.y_uid, i))
-        f.mark((at.x_uid, i), _FIXED if i in axes else _VARY, "N" if i == 0 else "S")
-    for name in ("scale_uid", "bias_uid"):
-        u = getattr(at, name, ABSENT)
-        if u != ABSENT and not f.graph.tensor(u).is_scalar:
-            _right_aligned(f, u, at.x_uid)
-            for i in range(len(f.dims(u))):
-                f.mark((u, i), _FIXED)
-    for name in ("mean_uid", "inv_variance_uid", "inv_rms_uid"):
-        u = getattr(at, name, ABSENT)
-        if u != ABSENT:
-            for i, d in enumerate(f.dims(u)):
-                if i in axes or d != x[i]:
-                    f.mark((u, i), _FIXED)
-                else:
-                    f.union((u, i), (at.x_uid, i))
-
-
-def _sdpa(f: _Facts, node):
-    at = node.attrs
-    q, k, v, o = at.q_uid, at.k_uid, at.v_uid, at.o_uid
-    for u in (k, v, o):
-        f.union((q, 0), (u, 0))
-    f.mark((q, 0), _VARY, "B")
-    f.union((q, 1), (o, 1))
-    f.union((k, 1), (v, 1))
-    for u, i in ((q, 1), (k, 1), (q, 3), (v, 3)):
-        f.mark((u, i), _FIXED)
-    f.union((q, 3), (k, 3))
-    f.union((v, 3), (o, 3))
-    f.union((q, 2), (o, 2))
-    f.mark((q, 2), _VARY, "S_q")
-    f.union((k, 2), (v, 2))
-    f.mark((k, 2), _VARY, "S_kv")
-    scores = ((q, 0), (q, 1), (q, 2), (k, 2))
-    for name in ("mask_uid",):
-        u = getattr(at, name)
-        if u == ABSENT or f.graph.tensor(u).is_scalar:
-            continue
-        m = f.dims(u)
-        sd = (f.dims(q)[0], f.dims(q)[1], f.dims(q)[2], f.dims(k)[2])
-        off = 4 - len(m)
-        for i, d in enumerate(m):
-            if d == 1 and sd[off + i] != 1:
-                f.mark((u, i), _FIXED)
-            elif d == 1:
-                f.mark((u, i), _FIXED)   # NOTE: a size-1 mask axis is read as broadcasting
-            else:
-                f.union((u, i), scores[off + i])
-    for name in ("scale_uid",):
-        u = getattr(at, name)
-        if u != ABSENT:
-            for i in range(len(f.dims(u))):
-                f.mark((u, i), _FIXED)
-
-
-def _conv(f: _Facts, node, conv_spatial: bool, wgrad_n: bool = True):
-    from graph_ir.ops.conv import conv_params
-    at = node.attrs
-    x, w, y = at.x_uid, at.w_uid, at.y_uid
-    dx, dw = f.dims(x), f.dims(w)
-    f.union((x, 0), (y, 0))
-    # NOTE: conv_wgrad contracts over N. With N dynamic, IREE 3.13's convert-conv-to-channels-last pass
-    # (which GPU builds of graphs with a conv_fprop need: knobs.resolve) fails on it ("'tensor.collapse_shape'
-    # op expected dimension 1 of collapsed type to be dynamic"); without the pass it compiles for rocm,
-    # cuda and the CPU. So N varies for wgrad unless the graph also has a conv_fprop (wgrad_n=False).
-    f.mark((x, 0), _FIXED if node.kind == OpKind.CONV_WGRAD and not wgrad_n else _VARY, "N")
-    for u in (x, y, w):
-        f.mark((u, 1), _FIXED)
-    f.mark((w, 0), _FIXED)
-    rank = len(dx) - 2
-    p = conv_params(at, rank)
-    for i in range(rank):
-        f.mark((w, 2 + i), _FIXED)
-        groups = dx[1] // max(dw[1], 1)
-        if conv_spatial and node.kind == OpKind.CONV_FPROP and rank == 2 and groups == 1:
-            step = Step(p.pre[i] + p.post[i], p.dilation[i] * (dw[2 + i] - 1) + 1, p.stride[i])
-            if step.pad == step.extent - 1 and step.stride == 1:
-                f.union((x, 2 + i), (y, 2 + i))          # 'same' padding: the size is kept
-            else:
-                f.derived.append(((y, 2 + i), (x, 2 + i), step))
-            f.mark((x, 2 + i), _VARY, "HWD"[i] if rank > 1 else "W")
-        else:
-            f.mark((x, 2 + i), _FIXED)
-            f.mark((y, 2 + i), _FIXED)
-
-
-_RULES = {OpKind.POINTWISE: _pointwise, OpKind.MATMUL: _matmul, OpKind.REDUCTION: _reduction,
-          OpKind.BATCHNORM_INFERENCE: _batchnorm, OpKind.LAYERNORM: _rownorm, OpKind.RMSNORM: _rownorm,
-          OpKind.SDPA: _sdpa}
-_CONV = (OpKind.CONV_FPROP, OpKind.CONV_DGRAD, OpKind.CONV_WGRAD)
+            f.mark((op, i), FIXED)
 
 
 def analyze(graph: GraphDesc, conv_spatial: bool = True) -> ShapeSpec:
     """Which dims of ``graph``'s tensors may vary (module docstring). ``conv_spatial``: let the H/W of
     ungrouped 2-D conv_fprop vary too (outputs derived from inputs); False keeps every conv's H/W fixed."""
-    f = _Facts(graph)
-    wgrad_n = not any(n.kind == OpKind.CONV_FPROP for n in graph.nodes)
+    f = Facts(graph, conv_spatial, wgrad_n=not any(n.kind == OpKind.CONV_FPROP for n in graph.nodes))
     for node in graph.nodes:
-        if node.kind in _CONV:
-            _conv(f, node, conv_spatial, wgrad_n)
-        elif node.kind in _RULES:
-            _RULES[node.kind](f, node)
-        else:
+        rule = OPS[node.kind].dynamic
+        if rule is None:
             raise GraphError(f"node '{node.name}': op kind {node.kind.name} has no dynamic-shape rule",
                                 "unsupported")
+        rule(f, node)
     bound = [t.uid for t in graph.bound_tensors()]
     orders = {}
     for t in graph.bound_tensors():
         lay = physical_layout(t.dims, t.strides, f"tensor '{t.name}' (uid {t.uid})")
         if not lay.is_dense or lay.bcast_axes:
             for i in range(len(t.dims)):
-                f.mark((t.uid, i), _FIXED)     # NOTE: strided views keep their shape (module docstring)
+                f.mark((t.uid, i), FIXED)     # NOTE: strided views keep their shape (module docstring)
         else:
             orders[t.uid] = tuple(lay.order)
     # classes and their strongest assertions
@@ -519,15 +346,15 @@ def analyze(graph: GraphDesc, conv_spatial: bool = True) -> ShapeSpec:
         best = min((s for s, _ in ms), default=None)
         if best is None:
             vary = False
-        elif best == _FIXED:
+        elif best == FIXED:
             vary = False
-        elif best == _VARY:
+        elif best == VARY:
             vary = True
-        elif best in (_BPARAM, _BTOKEN):
-            vary = not any(s == _BPARAM for s, _ in ms)
+        elif best in (BPARAM, BTOKEN):
+            vary = not any(s == BPARAM for s, _ in ms)
         else:
-            vary = best == _PTOKEN and not any(s == _PPARAM for s, _ in ms)
-        labels = [lbl for s, lbl in sorted(ms, key=lambda m: m[0]) if lbl and s != _FIXED]
+            vary = best == PTOKEN and not any(s == PPARAM for s, _ in ms)
+        labels = [lbl for s, lbl in sorted(ms, key=lambda m: m[0]) if lbl and s != FIXED]
         strength[root] = (vary, labels[0] if labels else "D")
     # derived classes: out = step(in); a class derived twice, or derived and marked, stays fixed
     derived_of: dict = {}
@@ -544,7 +371,7 @@ def analyze(graph: GraphDesc, conv_spatial: bool = True) -> ShapeSpec:
             if d is None:
                 continue
             ri, _ = d
-            marked_fixed = any(s == _FIXED for k in classes[ro] for s, _ in f.marks.get(k, []))
+            marked_fixed = any(s == FIXED for k in classes[ro] for s, _ in f.marks.get(k, []))
             if marked_fixed and strength[ri][0]:
                 strength[ri] = (False, strength[ri][1])
                 changed = True

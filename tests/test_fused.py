@@ -89,19 +89,20 @@ def test_fused_graph(cpu, rng, factory, dispatches):
 
 
 def test_every_op_kind_has_all_four_pieces():
-    from hipdnn_iree.frontend.ops.registry import FRONTEND_METHODS, INFER
     from hipdnn_iree.plugins.numpy_reference.registry import REFERENCES
     from lowering import LOWERINGS
     from graph_ir import ATTRS_BY_KIND, OpKind
     from graph_ir.desc import LOWERED_KINDS
+    from graph_ir.opdef import OPS
     missing = [f"{kind.name}: attributes type" for kind in OpKind if kind not in ATTRS_BY_KIND]
     for kind in LOWERED_KINDS:   # hipDNN's other node types parse and are refused (test_hipdnn_graph.py)
-        if kind not in FRONTEND_METHODS or not callable(getattr(hd.Graph, FRONTEND_METHODS[kind], None)):
+        d = OPS[kind]
+        if not d.supported or not callable(getattr(hd.Graph, d.frontend_method or "", None)):
             missing.append(f"{kind.name}: frontend method")
         if kind not in LOWERINGS:
             missing.append(f"{kind.name}: lowering")
         if kind not in REFERENCES:
             missing.append(f"{kind.name}: reference")
-        if kind not in INFER:
-            missing.append(f"{kind.name}: validation/shape inference")
+        if d.dynamic is None:
+            missing.append(f"{kind.name}: dynamic-shape rule")
     assert not missing, missing

@@ -574,12 +574,12 @@ def test_sdpa_integer_mask_rejected():
 
 
 def test_sdpa_registered_everywhere():
-    from hipdnn_iree.frontend.ops.registry import FRONTEND_METHODS, INFER
     from hipdnn_iree.plugins.numpy_reference.registry import REFERENCES
     from lowering import LOWERINGS
     from graph_ir import OpKind
-    assert FRONTEND_METHODS[OpKind.SDPA] == "sdpa" and hasattr(hd.Graph, "sdpa")
-    assert all(OpKind.SDPA in r for r in (INFER, REFERENCES, LOWERINGS))
+    from graph_ir.opdef import OPS
+    assert OPS[OpKind.SDPA].frontend_method == "sdpa" and hasattr(hd.Graph, "sdpa")
+    assert all(OpKind.SDPA in r for r in (REFERENCES, LOWERINGS))
 
 
 # ---------------------------------------------------------------------------

@@ -1,9 +1,14 @@
-"""Scaled dot-product attention's shape and attribute rules (no MLIR)."""
+"""Scaled dot-product attention: its shape and attribute rules, dynamic-shape rule and OpDef (no MLIR)."""
 from __future__ import annotations
 
 import math
 
-from graph_ir.desc import GraphError
+from graph_ir._fbs.graph_generated import DataType as D
+from graph_ir.desc import ABSENT, GraphError, OpKind, SdpaAttrs
+from graph_ir.dtypes import data_type_name
+from graph_ir.dynamic import FIXED, VARY, Facts
+from graph_ir.opdef import OpDef, register
+
 
 def sdpa_shape(q: tuple, k: tuple, v: tuple) -> tuple[int, ...]:
     """Output dims ``[B, Hq, Sq, Dv]``; raises GraphError naming the field on a mismatch.
@@ -53,3 +58,74 @@ def check_scale_dims(dims: tuple) -> None:
     if any(d != 1 for d in dims):
         raise GraphError(f"field 'scale_tensor_uid' dims {list(dims)}: the scale tensor must hold one value "
                             "(dims [1], or a scalar g.tensor(value=...))")
+
+
+_FLOAT_COMPUTE = (D.UNSET, D.FLOAT, D.HALF, D.BFLOAT16, D.DOUBLE)
+
+
+def infer(node, dims) -> dict:
+    """Checks q/k/v/mask dims, attn_scale and the compute type; returns o's dims."""
+    at = node.attrs
+    q, k, v = dims(at.q_uid), dims(at.k_uid), dims(at.v_uid)
+    out = sdpa_shape(q, k, v)
+    scale = at.attn_scale
+    if not math.isnan(scale) and not (math.isfinite(scale) and scale > 0):
+        raise GraphError(f"field 'attn_scale' value {scale}: it must be a positive finite number "
+                         f"(or unset for 1/sqrt(head_dim))")
+    if at.scale_uid != ABSENT:
+        if not math.isnan(scale):
+            raise GraphError(f"both attn_scale ({scale}) and scale_tensor_uid ({at.scale_uid}) are set; give the "
+                             "scale one way")
+        check_scale_dims(tuple(dims(at.scale_uid)))
+    if at.mask_uid != ABSENT:
+        scores = (q[0], q[1], q[2], k[2])
+        if not mask_broadcasts(dims(at.mask_uid), scores):
+            raise GraphError(f"field 'mask_uid' dims {list(dims(at.mask_uid))} do not broadcast to the scores "
+                             f"{list(scores)} [B, Hq, Sq, Skv]: each mask dim must be 1 or match")
+    if node.compute_data_type not in _FLOAT_COMPUTE:
+        raise GraphError(f"field 'compute_data_type' value {data_type_name(node.compute_data_type)}: "
+                         f"sdpa computes in a float type")
+    return {at.o_uid: out}
+
+
+def dynamic(f: Facts, node):
+    at = node.attrs
+    q, k, v, o = at.q_uid, at.k_uid, at.v_uid, at.o_uid
+    for u in (k, v, o):
+        f.union((q, 0), (u, 0))
+    f.mark((q, 0), VARY, "B")
+    f.union((q, 1), (o, 1))
+    f.union((k, 1), (v, 1))
+    for u, i in ((q, 1), (k, 1), (q, 3), (v, 3)):
+        f.mark((u, i), FIXED)
+    f.union((q, 3), (k, 3))
+    f.union((v, 3), (o, 3))
+    f.union((q, 2), (o, 2))
+    f.mark((q, 2), VARY, "S_q")
+    f.union((k, 2), (v, 2))
+    f.mark((k, 2), VARY, "S_kv")
+    scores = ((q, 0), (q, 1), (q, 2), (k, 2))
+    for name in ("mask_uid",):
+        u = getattr(at, name)
+        if u == ABSENT or f.graph.tensor(u).is_scalar:
+            continue
+        m = f.dims(u)
+        sd = (f.dims(q)[0], f.dims(q)[1], f.dims(q)[2], f.dims(k)[2])
+        off = 4 - len(m)
+        for i, d in enumerate(m):
+            if d == 1 and sd[off + i] != 1:
+                f.mark((u, i), FIXED)
+            elif d == 1:
+                f.mark((u, i), FIXED)   # NOTE: a size-1 mask axis is read as broadcasting
+            else:
+                f.union((u, i), scores[off + i])
+    for name in ("scale_uid",):
+        u = getattr(at, name)
+        if u != ABSENT:
+            for i in range(len(f.dims(u))):
+                f.mark((u, i), FIXED)
+
+
+OPDEF = register(OpDef(OpKind.SDPA, SdpaAttrs, infer, dynamic, frontend_method="sdpa",
+                       facade_methods=("sdpa", "scaled_dot_product_flash_attention"),
+                       traits=frozenset({"attention"})))

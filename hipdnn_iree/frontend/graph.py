@@ -7,7 +7,7 @@ import numbers
 from hipdnn_iree import backend as _backend
 from hipdnn_iree.plugin_sdk.engine_ids import engine_id_from_name
 from hipdnn_iree.backend.handle import Handle
-from hipdnn_iree.frontend.ops.registry import FRONTEND_METHODS, INFER  # noqa: F401
+from hipdnn_iree.frontend.ops.registry import check_frontend, infer
 from hipdnn_iree.frontend.ops.conv import ConvOps
 from hipdnn_iree.frontend.ops.norm import NormOps
 from hipdnn_iree.frontend.ops.sdpa import SdpaOps
@@ -305,7 +305,7 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
             # an output (conv_dgrad's dx, conv_wgrad's dw, reduction) can still check them.
             preset = {t._uid: tuple(t._dim) for f in ATTRS_BY_KIND[n.kind]._OUT
                       if (t := n.tensors.get(f)) is not None and t._dim is not None}
-            inferred = INFER[n.kind](desc, lambda u: known[u] if u in known else preset[u])
+            inferred = infer(desc, lambda u: known[u] if u in known else preset[u])
             for f in ATTRS_BY_KIND[n.kind]._OUT:
                 t = n.tensors.get(f)
                 if t is None:
@@ -754,3 +754,6 @@ def _opt_float(v, field: str = "threshold", infinity: float | None = None) -> fl
         raise HipdnnError(Status.BAD_PARAM, f"pointwise: {field} is {f}: it must be a finite number{allowed} "
                                             f"(or None for the default)")
     return f
+
+
+check_frontend(Graph)   # every supported OpDef's frontend_method is a Graph method (graph_ir/opdef.py)

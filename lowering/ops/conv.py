@@ -39,7 +39,7 @@ from lowering._emit import FLOAT_TYPES, Emitter, Sym, Value, is_static, tensor_t
 from graph_ir._fbs.graph_generated import DataType
 from lowering._registry import register_lowering
 from graph_ir.desc import GraphError, NodeDesc, OpKind
-from graph_ir.ops.conv import ConvParams, check_forward, forward_shape
+from graph_ir.ops._conv import ConvParams, check_forward, forward_shape
 
 _NAMED = {1: "linalg.conv_1d_ncw_fcw", 2: "linalg.conv_2d_nchw_fchw", 3: "linalg.conv_3d_ncdhw_fcdhw"}
 _NAMED_GROUPED = {2: "linalg.conv_2d_ngchw_gfchw"}  # input [N,G,C,H,W], filter [G,F,C,R,S], out [N,G,F,H,W]

@@ -26,7 +26,7 @@ from lowering._emit import FLOAT_TYPES, Emitter, Value
 from graph_ir._fbs.graph_generated import NormFwdPhase, ReductionMode
 from lowering._registry import register_lowering
 from graph_ir.desc import GraphError, NodeDesc, OpKind
-from graph_ir.ops.norm import (REDUCTION_MODES, check_batchnorm, check_layernorm, check_reduction_mode, check_rmsnorm,
+from graph_ir.ops._norm import (REDUCTION_MODES, check_batchnorm, check_layernorm, check_reduction_mode, check_rmsnorm,
                                norm_axes, reduced_axes)
 from lowering.ops.pointwise import _Math
 
@@ -149,7 +149,7 @@ _REDUCERS: dict[int, tuple[float, Callable[[_Math, str, str], str]]] = {
     # NOTE: zeros are skipped by multiplying by 1 instead; an all-zero slice gives 1.
     ReductionMode.MUL_NO_ZEROS: (1.0, lambda m, x, a: m.mul(a, m.select(m.cmp("oeq", x, m.c(0.0)), m.c(1.0), x))),
 }
-assert tuple(_REDUCERS) == REDUCTION_MODES, "graph_ir.ops.norm.REDUCTION_MODES and the emitters' reducers differ"
+assert tuple(_REDUCERS) == REDUCTION_MODES, "graph_ir.ops._norm.REDUCTION_MODES and the emitters' reducers differ"
 
 
 # ---------------------------------------------------------------------------

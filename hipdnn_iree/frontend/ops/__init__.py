@@ -1,8 +1,9 @@
-"""Per-op frontend code: each module adds its ``hd.Graph`` methods (a mixin) and registers its
-validation/shape inference into ``registry`` (``INFER``, ``FRONTEND_METHODS``). Importing this
-package imports every op module, so the registry is complete. To add an op: write its module here
-(method + ``@register_infer``), its lowering in ``lowering/ops/`` and its reference in
-``plugins/numpy_reference/``; the op-completeness tests check that none of the four is missing.
-May import: ``plugin_sdk``, ``lowering``.
+"""Per-op frontend code: each module adds its ``hd.Graph`` methods (a mixin); every op kind's
+validation and shape inference is its OpDef's (``graph_ir/ops/<kind>.py``, ``graph_ir.opdef.OPS``),
+which ``registry.infer`` runs at ``Graph.validate()``. To add an op: its OpDef in
+``graph_ir/ops/<kind>.py`` (attributes class in ``graph_ir/desc.py``), its method here, its emitter
+in ``lowering/ops/`` and its reference in ``plugins/numpy_reference/``; each layer checks at import
+that no supported OpDef lacks its piece (``registry.check_frontend`` for ``hd.Graph``).
+May import: ``plugin_sdk``, ``graph_ir``.
 """
-from hipdnn_iree.frontend.ops import basic, conv, norm, sdpa  # noqa: F401  (each registers its ops)
+from hipdnn_iree.frontend.ops import conv, norm, sdpa  # noqa: F401  (hd.Graph's op mixins)

@@ -1,16 +1,15 @@
 """Frontend methods and shape inference for Convolution ops: conv_fprop, conv_dgrad, conv_wgrad.
 
-The mixin's methods land on `hd.Graph`; `register_infer` / `register_frontend`
-record each op kind's validation/inference and its method name.
+The mixin's methods land on `hd.Graph`; each op's validation and shape inference is its OpDef's
+(graph_ir/ops/conv_fprop.py, conv_dgrad.py, conv_wgrad.py).
 """
 from __future__ import annotations
 
 import numbers
 
-from hipdnn_iree.frontend.ops.registry import bad, register_frontend, register_infer
 from hipdnn_iree.frontend.tensor import INT64_MAX, INT64_MIN
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
-from graph_ir.desc import GraphError, NodeDesc, OpKind
+from graph_ir.desc import OpKind
 
 
 def _int_tuple(op: str, field: str, value, rank: int | None) -> tuple[int, ...]:
@@ -161,75 +160,3 @@ class ConvOps:
         return self._add_node(OpKind.CONV_WGRAD, name, compute_data_type, {"y_uid": dy, "x_uid": x},
                               ["w_uid"], params)[0]
 
-
-register_frontend(OpKind.CONV_FPROP, "conv_fprop")
-register_frontend(OpKind.CONV_DGRAD, "conv_dgrad")
-register_frontend(OpKind.CONV_WGRAD, "conv_wgrad")
-
-
-def _given(dims, uid: int):
-    """User-set dims of an output, when the lookup offers them (None otherwise)."""
-    try:
-        return tuple(dims(uid))
-    except KeyError:
-        return None
-
-
-def _same_rank(a, a_field: str, b, b_field: str) -> None:
-    if len(a) != len(b):
-        raise GraphError(f"field '{b_field}' dims {list(b)} (rank {len(b)}) must have the rank of "
-                            f"{a_field} dims {list(a)} (rank {len(a)})")
-
-
-@register_infer(OpKind.CONV_FPROP)
-def infer_conv_fprop(node: NodeDesc, dims) -> dict:
-    """Checks x, w and the attributes; returns y's dims."""
-    from graph_ir.ops.conv import forward_shape
-    at = node.attrs
-    try:
-        y, _, _ = forward_shape(dims(at.x_uid), dims(at.w_uid), at)
-    except GraphError as e:
-        raise bad(node, str(e)) from None
-    return {at.y_uid: y}
-
-
-@register_infer(OpKind.CONV_DGRAD)
-def infer_conv_dgrad(node: NodeDesc, dims) -> dict:
-    """Checks dy, w and the attributes (and dx's dims when set); dx cannot be inferred."""
-    from graph_ir.ops.conv import check_forward, conv_params, spatial_rank
-    at = node.attrs
-    dy, w = dims(at.y_uid), dims(at.w_uid)
-    dx = _given(dims, at.x_uid)
-    try:
-        conv_params(at, spatial_rank(dy, "y_uid"))
-        _same_rank(dy, "dy", w, "w_uid")
-        if dy[1] != w[0]:
-            raise GraphError(f"field 'w_uid' dims {list(w)}: w.dims[0] = {w[0]} output channels but dy has "
-                                f"{dy[1]} channels (dy dims {list(dy)})")
-        if dx is not None:
-            _same_rank(dy, "dy", dx, "x_uid")
-            check_forward(dx, w, dy, at, "x_uid")
-    except GraphError as e:
-        raise bad(node, str(e)) from None
-    return {at.x_uid: dx} if dx is not None else {}
-
-
-@register_infer(OpKind.CONV_WGRAD)
-def infer_conv_wgrad(node: NodeDesc, dims) -> dict:
-    """Checks dy, x and the attributes (and dw's dims when set); dw cannot be inferred."""
-    from graph_ir.ops.conv import check_forward, conv_params, spatial_rank
-    at = node.attrs
-    dy, x = dims(at.y_uid), dims(at.x_uid)
-    dw = _given(dims, at.w_uid)
-    try:
-        conv_params(at, spatial_rank(x, "x_uid"))
-        _same_rank(x, "x", dy, "y_uid")
-        if dy[0] != x[0]:
-            raise GraphError(f"field 'y_uid' dims {list(dy)}: batch {dy[0]} differs from x's batch {x[0]} "
-                                f"(x dims {list(x)})")
-        if dw is not None:
-            _same_rank(x, "x", dw, "w_uid")
-            check_forward(x, dw, dy, at, "w_uid")
-    except GraphError as e:
-        raise bad(node, str(e)) from None
-    return {at.w_uid: dw} if dw is not None else {}

@@ -1,22 +1,20 @@
 """Frontend methods and shape inference for reduction and normalization ops:
 reduction, batchnorm_inference, layernorm, rmsnorm.
 
-The mixin's methods land on `hd.Graph`; `register_infer` / `register_frontend`
-record each op kind's validation/inference and its method name. The checks
-themselves live in :mod:`lowering.ops.norm` so that validation and lowering
-report the same message.
+The mixin's methods land on `hd.Graph`; each op's validation and shape
+inference is its OpDef's (graph_ir/ops/reduction.py, batchnorm_inference.py,
+layernorm.py, rmsnorm.py), which the lowering shares, so that validation and
+lowering report the same message.
 """
 from __future__ import annotations
 
 import numbers
 
-from hipdnn_iree.frontend.ops.registry import bad, register_frontend, register_infer
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.frontend.tensor import TensorAttributes
 from hipdnn_iree.plugin_sdk.types import NormFwdPhase, ReductionMode, as_enum
-from graph_ir.desc import GraphError, NodeDesc, OpKind
-from graph_ir.ops.norm import (check_batchnorm, check_epsilon, check_layernorm, check_reduction_mode,
-                               check_rmsnorm, reduced_axes, x_dims)
+from graph_ir.desc import GraphError, OpKind
+from graph_ir.ops._norm import check_epsilon
 
 
 class NormOps:
@@ -140,54 +138,3 @@ class NormOps:
 def _enum(cls, value, op: str, field: str):
     return as_enum(cls, value, f"{op}: {field}")
 
-
-def _optional_dims(dims, uid):
-    """Dims of ``uid`` if validation already knows them (user-set output dims), else None."""
-    try:
-        return dims(uid)
-    except KeyError:
-        return None
-
-
-def _wrap(node: NodeDesc, check):
-    try:
-        return check()
-    except GraphError as e:
-        raise bad(node, str(e)) from None
-
-
-@register_infer(OpKind.REDUCTION)
-def infer_reduction(node: NodeDesc, dims) -> dict:
-    at = node.attrs
-    _wrap(node, lambda: check_reduction_mode(at.mode))
-    x = _wrap(node, lambda: x_dims(at, dims))
-    if len(x) == 0:
-        raise bad(node, f"field 'x' dims {list(x)}: a reduction needs an input of rank >= 1")
-    # NOTE: the output dims say which axes are reduced, so they cannot be inferred;
-    # when the lookup knows the user-set dims they are checked here, otherwise the
-    # lowering checks them (same message) when the plan is built.
-    y = _optional_dims(dims, at.y_uid)
-    if y is not None:
-        _wrap(node, lambda: reduced_axes(x, y))
-    return {}
-
-
-@register_infer(OpKind.BATCHNORM_INFERENCE)
-def infer_batchnorm_inference(node: NodeDesc, dims) -> dict:
-    return _wrap(node, lambda: check_batchnorm(node.attrs, dims))
-
-
-@register_infer(OpKind.LAYERNORM)
-def infer_layernorm(node: NodeDesc, dims) -> dict:
-    return _wrap(node, lambda: check_layernorm(node.attrs, dims))
-
-
-@register_infer(OpKind.RMSNORM)
-def infer_rmsnorm(node: NodeDesc, dims) -> dict:
-    return _wrap(node, lambda: check_rmsnorm(node.attrs, dims))
-
-
-register_frontend(OpKind.REDUCTION, "reduction")
-register_frontend(OpKind.BATCHNORM_INFERENCE, "batchnorm_inference")
-register_frontend(OpKind.LAYERNORM, "layernorm")
-register_frontend(OpKind.RMSNORM, "rmsnorm")

@@ -1,36 +1,17 @@
-"""Per-op validation and output-shape inference, run at ``Graph.validate()``.
+"""Validation and output-shape inference at ``Graph.validate()``, from the op kinds' OpDefs.
 
-Each function gets the node and a ``dims(uid)`` lookup for already-known
-tensors, raises ``HipdnnError(BAD_PARAM)`` naming the op, the field and the
-value, and returns ``{output_uid: inferred_dims}``.
+:func:`infer` checks the node's integer fields, runs ``graph_ir.opdef.OPS[kind].infer`` (the op's
+one shape and stride rule, shared with the emitters) and turns its ``GraphError`` into
+``HipdnnError(BAD_PARAM)`` naming the op (:func:`bad`). :func:`check_frontend` is the import-time
+check that every supported OpDef's ``frontend_method`` is an ``hd.Graph`` method.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
-from typing import Callable
 
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
-from graph_ir.desc import GraphError, NodeDesc, OpKind
-
-INFER: dict[OpKind, Callable] = {}
-# op kind -> name of the Graph method that adds it (checked by the op-completeness test)
-FRONTEND_METHODS: dict[OpKind, str] = {}
-
-
-def register_frontend(kind: OpKind, method: str) -> None:
-    if kind in FRONTEND_METHODS:
-        raise RuntimeError(f"duplicate frontend method for {kind.name}")
-    FRONTEND_METHODS[kind] = method
-
-
-def register_infer(kind: OpKind):
-    def wrap(fn):
-        if kind in INFER:
-            raise RuntimeError(f"duplicate shape inference for {kind.name}")
-        INFER[kind] = _checking_int64(fn)
-        return fn
-    return wrap
+from graph_ir.desc import GraphError, NodeDesc
+from graph_ir.opdef import OPS, check_complete
 
 
 def check_int64_fields(node: NodeDesc) -> None:
@@ -45,12 +26,14 @@ def check_int64_fields(node: NodeDesc) -> None:
                             f"of the int64 range (-2**63 .. 2**63 - 1)")
 
 
-def _checking_int64(fn):
-    @functools.wraps(fn)
-    def infer(node: NodeDesc, dims):
-        check_int64_fields(node)
-        return fn(node, dims)
-    return infer
+def infer(node: NodeDesc, dims) -> dict:
+    """``{output uid: dims}`` of ``node`` given the ``dims(uid)`` lookup; HipdnnError(BAD_PARAM) naming
+    the op, the field and the value when the node is wrong."""
+    check_int64_fields(node)
+    try:
+        return OPS[node.kind].infer(node, dims)
+    except GraphError as e:
+        raise bad(node, str(e)) from None
 
 
 def bad(node: NodeDesc, message: str) -> HipdnnError:
@@ -59,18 +42,8 @@ def bad(node: NodeDesc, message: str) -> HipdnnError:
     return HipdnnError(Status.BAD_PARAM, message if message.startswith(prefix) else prefix + message)
 
 
-
-def _outputs_as_declared(node: NodeDesc, dims) -> dict:
-    """Node types this project parses but does not lower: outputs keep the dims the graph gives
-    (a hipDNN graph sets them all); ``check_support`` refuses the node by name."""
-    return {}
-
-
-def _register_parse_only() -> None:
-    from graph_ir.desc import LOWERED_KINDS
-    for kind in OpKind:
-        if kind not in LOWERED_KINDS:
-            INFER.setdefault(kind, _checking_int64(_outputs_as_declared))
-
-
-_register_parse_only()
+def check_frontend(graph_cls) -> None:
+    """Raises naming every supported op whose OpDef ``frontend_method`` is not a method of ``graph_cls``."""
+    check_complete(f"{graph_cls.__name__} methods (OpDef.frontend_method)",
+                   {k: d for k, d in OPS.items() if d.frontend_method
+                    and callable(getattr(graph_cls, d.frontend_method, None))})

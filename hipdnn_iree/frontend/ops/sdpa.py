@@ -1,18 +1,17 @@
 """Frontend methods and shape inference for Scaled dot-product attention: sdpa.
 
-The mixin's methods land on `hd.Graph`; `register_infer` / `register_frontend`
-record each op kind's validation/inference and its method name.
+The mixin's methods land on `hd.Graph`; the op's validation and shape inference is its OpDef's
+(graph_ir/ops/sdpa.py).
 """
 from __future__ import annotations
 
 import math
 import numbers
 
-from hipdnn_iree.frontend.ops.registry import bad, register_frontend, register_infer
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.frontend.tensor import TensorAttributes
 from hipdnn_iree.plugin_sdk.types import DataType
-from graph_ir.desc import ABSENT, GraphError, NodeDesc, OpKind
+from graph_ir.desc import OpKind
 
 _FLOAT_COMPUTE = (DataType.NOT_SET, DataType.FLOAT, DataType.HALF, DataType.BFLOAT16, DataType.DOUBLE)
 
@@ -81,38 +80,3 @@ class SdpaOps:
                               {"q_uid": q, "k_uid": k, "v_uid": v, "mask_uid": mask, "scale_uid": scale_tensor},
                               ["o_uid"], params)[0]
 
-
-register_frontend(OpKind.SDPA, "sdpa")
-
-
-@register_infer(OpKind.SDPA)
-def infer_sdpa(node: NodeDesc, dims) -> dict:
-    """Checks q/k/v/mask dims, attn_scale and the compute type; returns o's dims."""
-    from graph_ir.ops.sdpa import check_scale_dims, mask_broadcasts, sdpa_shape
-    at = node.attrs
-    q, k, v = dims(at.q_uid), dims(at.k_uid), dims(at.v_uid)
-    try:
-        out = sdpa_shape(q, k, v)
-    except GraphError as e:
-        raise bad(node, str(e)) from None
-    scale = at.attn_scale
-    if not math.isnan(scale) and not (math.isfinite(scale) and scale > 0):
-        raise bad(node, f"field 'attn_scale' value {scale}: it must be a positive finite number "
-                        f"(or unset for 1/sqrt(head_dim))")
-    if at.scale_uid != ABSENT:
-        if not math.isnan(scale):
-            raise bad(node, f"both attn_scale ({scale}) and scale_tensor_uid ({at.scale_uid}) are set; give the "
-                            "scale one way")
-        try:
-            check_scale_dims(tuple(dims(at.scale_uid)))
-        except GraphError as e:
-            raise bad(node, str(e)) from None
-    if at.mask_uid != ABSENT:
-        scores = (q[0], q[1], q[2], k[2])
-        if not mask_broadcasts(dims(at.mask_uid), scores):
-            raise bad(node, f"field 'mask_uid' dims {list(dims(at.mask_uid))} do not broadcast to the scores "
-                            f"{list(scores)} [B, Hq, Sq, Skv]: each mask dim must be 1 or match")
-    if node.compute_data_type not in _FLOAT_COMPUTE:
-        raise bad(node, f"field 'compute_data_type' value {DataType(node.compute_data_type).name}: "
-                        f"sdpa computes in a float type")
-    return {at.o_uid: out}

@@ -4,3 +4,6 @@ written from the op's definition and independent of the lowering, registers into
 once. Not serializable. May import: ``plugin_sdk``, ``lowering`` (the graph schema only).
 """
 from hipdnn_iree.plugins.numpy_reference.plugin import ENGINE_ID, ENGINE_NAME, NumpyReferencePlugin, evaluate  # noqa: F401
+from hipdnn_iree.plugins.numpy_reference.registry import check_references  # noqa: E402
+
+check_references()

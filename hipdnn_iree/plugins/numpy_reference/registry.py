@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Callable
 
 from graph_ir.desc import OpKind
+from graph_ir.opdef import check_complete
 
 REFERENCES: dict[OpKind, Callable] = {}
 
@@ -15,3 +16,9 @@ def register_reference(kind: OpKind):
         REFERENCES[kind] = fn
         return fn
     return wrap
+
+
+def check_references() -> None:
+    """Raises naming every supported OpDef (graph_ir.opdef.OPS) that has no reference here; run when
+    the package has imported every op module (``__init__``)."""
+    check_complete("numpy reference (REFERENCES, plugins/numpy_reference/)", REFERENCES)

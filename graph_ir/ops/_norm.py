@@ -1,4 +1,5 @@
-"""Reduction and normalization shape and attribute rules (no MLIR)."""
+"""Reduction and normalization shape and attribute rules, shared by their OpDefs (reduction.py,
+batchnorm_inference.py, layernorm.py, rmsnorm.py) and the emitters (no MLIR)."""
 from __future__ import annotations
 
 import math
@@ -6,6 +7,7 @@ from typing import Callable, Sequence
 
 from graph_ir._fbs.graph_generated import NormFwdPhase, ReductionMode
 from graph_ir.desc import ABSENT, GraphError
+from graph_ir.dynamic import FIXED, VARY, Facts, right_aligned
 
 # The reduction modes this project runs, in the order its messages list them.
 REDUCTION_MODES = (ReductionMode.ADD, ReductionMode.MUL, ReductionMode.MIN_OP, ReductionMode.MAX_OP,
@@ -200,3 +202,28 @@ def _check_row_norm(at, operands: Sequence[str], dims: Dims, scalar,
                                 "g.tensor(value=...))", "unsupported")
         check_epsilon(value)
     return {at.y_uid: x}
+
+
+def dynamic_rownorm(f: Facts, node):
+    """The dynamic-shape rule of layernorm and rmsnorm: the normalized axes are fixed, the others vary."""
+    at = node.attrs
+    x = f.dims(at.x_uid)
+    scale = f.dims(at.scale_uid)
+    axes = norm_axes(x, scale, getattr(at, "normalized_dim_count", 0))
+    for i in range(len(x)):
+        f.union((at.x_uid, i), (at.y_uid, i))
+        f.mark((at.x_uid, i), FIXED if i in axes else VARY, "N" if i == 0 else "S")
+    for name in ("scale_uid", "bias_uid"):
+        u = getattr(at, name, ABSENT)
+        if u != ABSENT and not f.graph.tensor(u).is_scalar:
+            right_aligned(f, u, at.x_uid)
+            for i in range(len(f.dims(u))):
+                f.mark((u, i), FIXED)
+    for name in ("mean_uid", "inv_variance_uid", "inv_rms_uid"):
+        u = getattr(at, name, ABSENT)
+        if u != ABSENT:
+            for i, d in enumerate(f.dims(u)):
+                if i in axes or d != x[i]:
+                    f.mark((u, i), FIXED)
+                else:
+                    f.union((u, i), (at.x_uid, i))

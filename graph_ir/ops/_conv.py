@@ -1,10 +1,13 @@
-"""Convolution's shape and attribute rules: spatial parameters, output dims, checks (no MLIR)."""
+"""The convolutions' shared shape and attribute rules: spatial parameters, output dims, checks, the
+dynamic-shape rule (no MLIR). Each op's OpDef is in conv_fprop.py, conv_dgrad.py, conv_wgrad.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
 
-from graph_ir.desc import GraphError
+from graph_ir.desc import GraphError, OpKind
+from graph_ir.dynamic import FIXED, VARY, Facts, Step
+
 
 @dataclass(frozen=True)
 class ConvParams:
@@ -107,3 +110,48 @@ def check_forward(x: Sequence[int], w: Sequence[int], y: Sequence[int], attrs, g
         raise GraphError(f"field '{given}' dims {list(mine)} do not fit: the forward convolution of "
                             f"x {list(x)} with w {list(w)} gives y {list(want)}, but dy is {list(y)}")
     return p, groups
+
+
+def given(dims, uid: int):
+    """User-set dims of an output, when the lookup offers them (None otherwise)."""
+    try:
+        return tuple(dims(uid))
+    except KeyError:
+        return None
+
+
+def same_rank(a, a_field: str, b, b_field: str) -> None:
+    if len(a) != len(b):
+        raise GraphError(f"field '{b_field}' dims {list(b)} (rank {len(b)}) must have the rank of "
+                         f"{a_field} dims {list(a)} (rank {len(a)})")
+
+
+def dynamic(f: Facts, node):
+    """The dynamic-shape rule of the three convolutions (graph_ir/dynamic.py's module docstring)."""
+    at = node.attrs
+    x, w, y = at.x_uid, at.w_uid, at.y_uid
+    dx, dw = f.dims(x), f.dims(w)
+    f.union((x, 0), (y, 0))
+    # NOTE: conv_wgrad contracts over N. With N dynamic, IREE 3.13's convert-conv-to-channels-last pass
+    # (which GPU builds of graphs with a conv_fprop need: knobs.resolve) fails on it ("'tensor.collapse_shape'
+    # op expected dimension 1 of collapsed type to be dynamic"); without the pass it compiles for rocm,
+    # cuda and the CPU. So N varies for wgrad unless the graph also has a conv_fprop (f.wgrad_n False).
+    f.mark((x, 0), FIXED if node.kind == OpKind.CONV_WGRAD and not f.wgrad_n else VARY, "N")
+    for u in (x, y, w):
+        f.mark((u, 1), FIXED)
+    f.mark((w, 0), FIXED)
+    rank = len(dx) - 2
+    p = conv_params(at, rank)
+    for i in range(rank):
+        f.mark((w, 2 + i), FIXED)
+        groups = dx[1] // max(dw[1], 1)
+        if f.conv_spatial and node.kind == OpKind.CONV_FPROP and rank == 2 and groups == 1:
+            step = Step(p.pre[i] + p.post[i], p.dilation[i] * (dw[2 + i] - 1) + 1, p.stride[i])
+            if step.pad == step.extent - 1 and step.stride == 1:
+                f.union((x, 2 + i), (y, 2 + i))          # 'same' padding: the size is kept
+            else:
+                f.derived.append(((y, 2 + i), (x, 2 + i), step))
+            f.mark((x, 2 + i), VARY, "HWD"[i] if rank > 1 else "W")
+        else:
+            f.mark((x, 2 + i), FIXED)
+            f.mark((y, 2 + i), FIXED)
