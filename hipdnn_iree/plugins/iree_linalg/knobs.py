@@ -24,7 +24,8 @@ from hipdnn_iree.plugin_sdk.engine_config import HeurMode, Knob
 from hipdnn_iree.plugins.iree_linalg.targets import (CPU_CONV1D_FLAGS, CPU_FLAGS, DOUBLE_FLAG, GPU_CONV_FLAGS, Target,
                                                      parse_target)  # noqa: F401  (parse_target: doctest)
 from hipdnn_iree.plugin_sdk.types import DataType
-from graph_ir.desc import GraphDesc, OpKind
+from graph_ir.desc import GraphDesc
+from graph_ir.opdef import OPS, traits_of
 from lowering.policy import LoweringPolicy
 
 AUTO = "AUTO"
@@ -165,7 +166,8 @@ def tile_spec_flag(tile: str | None, conv_tile: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class GraphSummary:
-    """What the knob rules look at in a graph."""
+    """What the knob rules look at in a graph. The rules ask about op traits (``graph_ir.opdef``:
+    "conv", "conv_fprop", "contraction", "attention" ...), never op kinds: :attr:`traits`."""
 
     kinds: frozenset
     has_double: bool
@@ -178,16 +180,22 @@ class GraphSummary:
         low = (DataType.HALF, DataType.BFLOAT16)
         types = [t.data_type for t in desc.tensors]
         computes = [n.compute_data_type for n in desc.nodes] + [desc.compute_data_type]
-        conv_ranks = tuple(len(desc.tensor(n.attrs.x_uid).dims) - 2 for n in desc.nodes if n.kind == OpKind.CONV_FPROP)
+        fprops = [n for n in desc.nodes if "conv_fprop" in OPS[n.kind].traits]
+        conv_ranks = tuple(len(desc.tensor(n.attrs.x_uid).dims) - 2 for n in fprops)
         ints = (DataType.INT8, DataType.UINT8)
         int_conv = any(desc.tensor(n.attrs.x_uid).data_type in ints or desc.tensor(n.attrs.w_uid).data_type in ints
-                       for n in desc.nodes if n.kind == OpKind.CONV_FPROP)
+                       for n in fprops)
         return cls(frozenset(n.kind for n in desc.nodes), DataType.DOUBLE in types or DataType.DOUBLE in computes,
                    conv_ranks, not any(t in low for t in types + computes), int_conv)
 
     @property
+    def traits(self) -> frozenset:
+        """The traits of the graph's op kinds (their OpDefs')."""
+        return traits_of(self.kinds)
+
+    @property
     def has_conv(self) -> bool:
-        return bool(self.kinds & {OpKind.CONV_FPROP, OpKind.CONV_DGRAD, OpKind.CONV_WGRAD})
+        return "conv" in self.traits
 
 
 @dataclass(frozen=True)
@@ -208,7 +216,7 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
     get = lambda name: knobs.get(name, AUTO)  # noqa: E731
     cpu = target.backend == "llvm-cpu"
     policy = LoweringPolicy.for_target(str(target))
-    kinds = summary.kinds
+    traits = summary.traits
     sdpa = get("SDPA_FORM")
     if sdpa != AUTO:
         policy = policy.with_(sdpa_fused=sdpa == "FUSED")
@@ -222,11 +230,11 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
         # NOTE: measured on an H200 (IREE 3.13, sm_80 PTX): f16/bf16 conv_fprop in the NCHW form gave
         # NaN and was right (and 16% faster) with IREE's channels-last pass, while f16/bf16 strided
         # conv_dgrad was right only without it (targets.GPU_CONV_FLAGS). AUTO keeps that rule.
-        auto = (bool(kinds & {OpKind.CONV_FPROP, OpKind.CONV_WGRAD})
-                and (OpKind.CONV_DGRAD not in kinds or OpKind.CONV_FPROP in kinds))
+        auto = (bool(traits & {"conv_fprop", "conv_wgrad"})
+                and ("conv_dgrad" not in traits or "conv_fprop" in traits))
         # NOTE: the pass fails on a conv_wgrad with a dynamic N (graph_ir/dynamic.py lets N vary for wgrad
         # when the graph has no conv_fprop): such dynamic builds compile without it
-        if dynamic and OpKind.CONV_FPROP not in kinds:
+        if dynamic and "conv_fprop" not in traits:
             auto = False
         if (layout == "CHANNELS_LAST" and summary.has_conv) or (layout == AUTO and auto):
             flags += list(GPU_CONV_FLAGS)
@@ -234,7 +242,7 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
     # to compile causal sdpa and im2col'd convs, and it slowed the CPU attention composition 6x
     # (docs/benchmarks/flags.md).
     tiling = get("DATA_TILING")
-    tiled = (cpu and summary.f32_only and OpKind.SDPA not in kinds) if tiling == AUTO else tiling == "ON"
+    tiled = (cpu and summary.f32_only and "attention" not in traits) if tiling == AUTO else tiling == "ON"
     if tiled:
         flags += list(CPU_FLAGS)
     im2col = get("IM2COL")
@@ -259,9 +267,9 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
     # NOTE: the plain tiles only for graphs with a matmul op (as measured); the _SMEM ones also for conv
     # graphs, whose 1x1 convs IREE turns into (B,) M, N, K contractions
     mm_tile = get("GPU_MATMUL_TILE")
-    mm_tile = None if mm_tile == AUTO or not (OpKind.MATMUL in kinds or (mm_tile.endswith("_SMEM") and summary.has_conv)) \
+    mm_tile = None if mm_tile == AUTO or not ("contraction" in traits or (mm_tile.endswith("_SMEM") and summary.has_conv)) \
         else mm_tile
-    conv_tile = get("GPU_CONV_TILE") if get("GPU_CONV_TILE") != AUTO and OpKind.CONV_FPROP in kinds else None
+    conv_tile = get("GPU_CONV_TILE") if get("GPU_CONV_TILE") != AUTO and "conv_fprop" in traits else None
     if not cpu and (mm_tile or conv_tile):
         flags.append(tile_spec_flag(mm_tile, conv_tile))
     return Resolved(policy, tuple(flags))
@@ -288,7 +296,7 @@ def candidates(target: Target, summary: GraphSummary, mode: HeurMode, tuned: dic
     base = dict(tuned or {})
     if mode == HeurMode.FALLBACK:
         fb = {"DATA_TILING": "OFF", "IM2COL": "OFF"}
-        if OpKind.SDPA in summary.kinds:
+        if "attention" in summary.traits:
             fb["SDPA_FORM"] = "COMPOSED"
         if cpu and summary.has_conv:
             fb["CONV_LAYOUT"] = "CHANNELS_FIRST"
@@ -297,17 +305,17 @@ def candidates(target: Target, summary: GraphSummary, mode: HeurMode, tuned: dic
         out = [base]
     else:
         out = [base]
-        relevant = {"SDPA_FORM": OpKind.SDPA in summary.kinds, "CONV_LAYOUT": summary.has_conv,
+        relevant = {"SDPA_FORM": "attention" in summary.traits, "CONV_LAYOUT": summary.has_conv,
                     "DATA_TILING": True, "IM2COL": summary.has_conv, "OPT_LEVEL": True,
-                    "GPU_MATMUL_TILE": not cpu and (OpKind.MATMUL in summary.kinds or summary.has_conv),
-                    "GPU_CONV_TILE": not cpu and OpKind.CONV_FPROP in summary.kinds,
+                    "GPU_MATMUL_TILE": not cpu and ("contraction" in summary.traits or summary.has_conv),
+                    "GPU_CONV_TILE": not cpu and "conv_fprop" in summary.traits,
                     "GPU_PAD_FUSION": not cpu and summary.has_conv,
                     "F32_CONV_MATH": False,     # NOTE: a numerics choice, not a speed one: never timed
                     "SHAPE_SPECIALIZE": False}   # NOTE: decided per build (shape_specialize), not by resolve()
         # NOTE: measured on an H200 (IREE 3.13, sm_80): f16/bf16 conv_fprop without the channels-last pass
         # computes wrong values (rel err 0.5-1.0 in the ResNet, stem and 3-D blocks); never offered there
         wrong = {("CONV_LAYOUT", "CHANNELS_FIRST")} if (target.backend == "cuda" and not summary.f32_only
-                                                         and OpKind.CONV_FPROP in summary.kinds) else set()
+                                                         and "conv_fprop" in summary.traits) else set()
         for knob in KNOBS:
             if not relevant[knob.name]:
                 continue
