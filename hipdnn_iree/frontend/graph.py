@@ -12,6 +12,7 @@ from hipdnn_iree.frontend.ops.conv import ConvOps
 from hipdnn_iree.frontend.ops.norm import NormOps
 from hipdnn_iree.frontend.ops.sdpa import SdpaOps
 from hipdnn_iree.frontend.plans import PlanOps, PlanSlot
+from hipdnn_iree.plugin_sdk.errors import to_hipdnn
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.frontend.node import _Node
 from hipdnn_iree.frontend.tensor import TensorAttributes
@@ -246,8 +247,7 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
             try:
                 self._shape_spec = analyze(self._desc)
             except GraphError as e:
-                status = Status.NOT_SUPPORTED if e.kind == "unsupported" else Status.BAD_PARAM
-                raise HipdnnError(status, f"graph '{self.name}': dynamic shapes: {e}") from None
+                raise to_hipdnn(e, "graph", f"graph '{self.name}': dynamic shapes: ") from None
         return {"shape_spec": self._shape_spec.to_json(), "override": self._override,
                 "kernel_cache": self._kernel_cache}
 
@@ -367,7 +367,7 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
         try:
             lay = physical_layout(t._dim, t._stride, what, output=is_output)
         except GraphError as e:
-            raise HipdnnError(Status.BAD_PARAM, str(e)) from None
+            raise to_hipdnn(e, "graph") from None
         itemsize = numpy_itemsize(t._data_type)
         span = 1 + sum((d - 1) * s for d, s in zip(t._dim, t._stride))
         if span * itemsize > MAX_TENSOR_BYTES:
@@ -625,8 +625,7 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
         try:
             desc = decode_graph(data)
         except GraphError as e:
-            status = Status.NOT_SUPPORTED if e.kind == "unsupported" else Status.BAD_PARAM
-            raise HipdnnError(status, f"from_hipdnn_graph: {e}") from None
+            raise to_hipdnn(e, "graph", "from_hipdnn_graph: ") from None
         lost = [f"tensor '{t.name}' (uid {t.uid}): {what}" for t in desc.tensors for what, on in (
             ("is_runtime_pass_by_value", t.is_runtime_pass_by_value),
             ("ragged_offset_tensor_uid", t.ragged_offset_tensor_uid is not None)) if on]

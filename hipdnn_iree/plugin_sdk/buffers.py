@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hipdnn_iree.plugin_sdk.errors import to_hipdnn
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from graph_ir.dtypes import ELEMENT_TYPES
 from graph_ir.layout import Layout, GraphError, physical_layout
@@ -143,7 +144,7 @@ def dense_view(t: BoundTensor, arr: np.ndarray) -> np.ndarray:
     try:
         lay = t.layout
     except GraphError as e:
-        raise HipdnnError(Status.BAD_PARAM, str(e)) from None
+        raise to_hipdnn(e, "graph") from None
     what = f"tensor '{t.name}' (uid {t.uid})"
     if arr.dtype != t.dtype:
         raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer has dtype {arr.dtype}, the plan needs {t.dtype}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from hipdnn_iree.plugin_sdk.buffers import BoundTensor
+from hipdnn_iree.plugin_sdk.errors import to_hipdnn
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 
 
@@ -66,7 +67,7 @@ def resolve_tensors(spec, tensors: list[BoundTensor], variant_pack, overrides: d
             except GraphError:
                 pass
         if resolved is None:
-            raise HipdnnError(Status.BAD_PARAM, f"execute: a shape this plan cannot take: {e}") from None
+            raise to_hipdnn(e, "graph", "execute: a shape this plan cannot take: ") from None
     out = []
     for t in tensors:
         dims = tuple(int(d) for d in resolved.get(t.uid, t.dims))

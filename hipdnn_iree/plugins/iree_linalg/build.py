@@ -12,6 +12,7 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+from hipdnn_iree.plugin_sdk.errors import to_hipdnn
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.plugins.iree_linalg import cache as _cache
 from hipdnn_iree.plugins.iree_linalg.context import IreeExecutionContext, tensors_from_abi
@@ -21,9 +22,6 @@ from hipdnn_iree.plugins.iree_linalg.targets import Target
 from lowering import LOWERINGS
 from graph_ir import GraphError, decode_graph
 from graph_ir.desc import GraphDesc, unsupported_reason
-
-_LOWERING_STATUS = {"unsupported": Status.NOT_SUPPORTED, "internal": Status.INTERNAL_ERROR}
-
 
 MEMO_GRAPHS = 4   # decoded graphs a session keeps (one build asks for one graph several times)
 
@@ -53,7 +51,7 @@ def decode(op_graph: bytes, session: IreeSession | None = None) -> GraphDesc:
     try:
         return _decoded(op_graph, session)
     except GraphError as e:
-        raise HipdnnError(Status.BAD_PARAM, f"IREE_LINALG cannot read the op graph: {e}") from None
+        raise to_hipdnn(e, "graph", "IREE_LINALG cannot read the op graph: ") from None
 
 
 def applicable(op_graph: bytes, session: IreeSession | None = None) -> bool:
@@ -65,14 +63,15 @@ def applicable(op_graph: bytes, session: IreeSession | None = None) -> bool:
 
 
 def build(session: IreeSession, op_graph: bytes, knobs: dict, engine_name: str = "IREE_LINALG",
-          desc: GraphDesc | None = None, refusal: tuple = ("", _LOWERING_STATUS), dynamic=None,
+          desc: GraphDesc | None = None, refusal: tuple[str, str] = ("", "graph"), dynamic=None,
           load: bool = True) -> IreeExecutionContext:
     """One context: a module per session target (FUSPLAN kind 3 when several), the one for the
-    session's own target loaded on its device. ``refusal``: (what the graph is, lowering error kind ->
-    status) for the messages of graphs that cannot be lowered. ``dynamic``: a dynamic-shape build
-    (backend/plan.py): the module takes symbolic dims; its kernel cache is asked before compiling.
-    With ``SHAPE_SPECIALIZE`` on (AUTO: override-shape builds) the module also holds the static
-    function of the build shape (lowering/_lower.py ``specialize``; run.entry_for picks per call).
+    session's own target loaded on its device. ``refusal``: (what the graph is, where it came from:
+    ``"graph"`` or ``"plan"``, plugin_sdk/errors.py) for the refusals of graphs that cannot be
+    lowered. ``dynamic``: a dynamic-shape build (backend/plan.py): the module takes symbolic dims;
+    its kernel cache is asked before compiling. With ``SHAPE_SPECIALIZE`` on (AUTO: override-shape
+    builds) the module also holds the static function of the build shape (lowering/_lower.py
+    ``specialize``; run.entry_for picks per call).
     ``load=False``: the module is not loaded on the device (``IreeSession.load`` does it later)."""
     desc = desc if desc is not None else decode(op_graph, session)
     summary = GraphSummary.of(desc)
@@ -117,7 +116,9 @@ def _spec(dynamic):
     from graph_ir.dynamic import ShapeSpec
     try:
         return ShapeSpec.from_json(dynamic["shape_spec"])
-    except (GraphError, KeyError, TypeError, ValueError) as e:
+    except GraphError as e:
+        raise to_hipdnn(e, "graph", "IREE_LINALG: the dynamic build's shape spec is unreadable: ") from None
+    except (KeyError, TypeError, ValueError) as e:
         raise HipdnnError(Status.BAD_PARAM, f"IREE_LINALG: the dynamic build's shape spec is unreadable: {e}") from None
 
 
@@ -208,20 +209,19 @@ def _build_one(session: IreeSession, target: Target, op_graph: bytes, desc: Grap
 
 
 def lower(desc: GraphDesc, op_graph: bytes, resolved: Resolved, verify: bool = True,
-          refusal: tuple = ("", _LOWERING_STATUS), shape_spec=None, specialize: bool = False):
+          refusal: tuple[str, str] = ("", "graph"), shape_spec=None, specialize: bool = False):
     """The graph's MLIR under ``resolved.policy`` (with symbolic dims where ``shape_spec`` lets
     dims vary, plus the build shape's static function with ``specialize``); lowering refusals as
-    HipdnnErrors."""
+    HipdnnErrors (plugin_sdk/errors.py's table for ``refusal``'s origin)."""
     from lowering._lower import lower_graph
-    what, statuses = refusal
+    what, origin = refusal
     try:
         if shape_spec is not None:
             return lower_graph(desc, resolved.policy.target, verify=verify, graph_bytes=op_graph,
                                policy=resolved.policy, shape_spec=shape_spec, specialize=specialize)
         return lower_graph(desc, resolved.policy.target, verify=verify, graph_bytes=op_graph, policy=resolved.policy)
     except GraphError as e:
-        status = statuses.get(e.kind, statuses.get("", Status.BAD_PARAM))
-        raise HipdnnError(status, f"IREE_LINALG cannot lower the graph{what}: {e}") from None
+        raise to_hipdnn(e, origin, f"IREE_LINALG cannot lower the graph{what}: ") from None
 
 
 def knobs_json(knobs: dict) -> str:

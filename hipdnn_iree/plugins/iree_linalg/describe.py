@@ -15,6 +15,7 @@ import re
 import zipfile
 from dataclasses import dataclass, field
 
+from hipdnn_iree.plugin_sdk.errors import to_hipdnn
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 
 ABI_KEY = "hipdnn_iree.abi"
@@ -178,8 +179,8 @@ def _read_graph(info: PlanInfo, graph: bytes) -> None:
     try:
         desc = decode_graph(graph)
     except GraphError as e:
-        raise HipdnnError(Status.PLUGIN_ERROR, f"plugin payload: FUSPLAN kind 1: the hipDNN graph it holds cannot "
-                                               f"be read: {e}") from None
+        raise to_hipdnn(e, "plan", "plugin payload: FUSPLAN kind 1: the hipDNN graph it holds cannot "
+                                   "be read: ") from None
     from graph_ir.dtypes import data_type_name
     produced = desc.output_uids()
     info.graph = {"name": desc.name, "bytes": len(graph),

@@ -12,6 +12,7 @@ import json
 import numpy as np
 
 from hipdnn_iree.plugin_sdk.engine_ids import engine_id_from_name
+from hipdnn_iree.plugin_sdk.errors import to_hipdnn
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.plugin_sdk.version import __version__
 from hipdnn_iree.plugins.iree_linalg import fusplan as _fusplan
@@ -152,8 +153,7 @@ def kind1_graph(session: IreeSession, plan, info: dict, lower: bool = True) -> b
     try:
         desc = decode_graph(graph)
     except GraphError as e:
-        status = Status.NOT_SUPPORTED if e.kind == "unsupported" else Status.PLUGIN_ERROR
-        raise HipdnnError(status, f"{what}: the graph it holds cannot be read: {e}") from None
+        raise to_hipdnn(e, "plan", f"{what}: the graph it holds cannot be read: ") from None
     why = unsupported_reason(desc, tuple(LOWERINGS))
     if why:
         raise HipdnnError(Status.NOT_SUPPORTED, f"{what}: graph '{desc.name}' cannot be compiled by "
@@ -169,8 +169,7 @@ def kind1_graph(session: IreeSession, plan, info: dict, lower: bool = True) -> b
     try:
         lower_graph(desc, str(session.target), verify=False, graph_bytes=graph)
     except GraphError as e:
-        status = {"unsupported": Status.NOT_SUPPORTED}.get(e.kind, Status.PLUGIN_ERROR)
-        raise HipdnnError(status, f"{what}: graph '{desc.name}' cannot be lowered: {e}") from None
+        raise to_hipdnn(e, "plan", f"{what}: graph '{desc.name}' cannot be lowered: ") from None
     except HipdnnError:
         raise
     except Exception as e:   # NOTE: a gap in the lowering's own checks; still a typed refusal
@@ -178,8 +177,7 @@ def kind1_graph(session: IreeSession, plan, info: dict, lower: bool = True) -> b
                                                f"({type(e).__name__}: {e})") from None
     return graph
 
-KIND1_REFUSAL = (" held by FUSPLAN payload_kind 1 (hipDNN graph FlatBuffer)",
-                 {"unsupported": Status.NOT_SUPPORTED, "internal": Status.PLUGIN_ERROR, "": Status.PLUGIN_ERROR})
+KIND1_REFUSAL = (" held by FUSPLAN payload_kind 1 (hipDNN graph FlatBuffer)", "plan")
 
 
 def restore_graph(session: IreeSession, plan, info: dict) -> IreeExecutionContext:
@@ -289,7 +287,9 @@ def restore(session: IreeSession, serialized, plan_info=None) -> IreeExecutionCo
             from graph_ir.desc import GraphError
             try:
                 ctx.shape_spec = ShapeSpec.from_json(meta.shape_spec)
-            except (GraphError, ValueError, KeyError, TypeError) as e:
+            except GraphError as e:
+                raise to_hipdnn(e, "plan", "FUSPLAN metadata shape_spec is unreadable: ") from None
+            except (ValueError, KeyError, TypeError) as e:
                 raise HipdnnError(Status.PLUGIN_ERROR, f"FUSPLAN metadata shape_spec is unreadable: {e}") from None
             ctx.override = bool(info.get("is_override_shape_enabled", True))
             # NOTE: the module may come from a kernel cache (built at another graph's dims): the

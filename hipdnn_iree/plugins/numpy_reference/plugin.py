@@ -10,6 +10,7 @@ import numpy as np
 
 from hipdnn_iree.plugin_sdk.buffers import BoundTensor, bind_variant_pack, logical_from_dense, numpy_dtype, store_logical
 from hipdnn_iree.plugin_sdk.engine_ids import engine_id_from_name
+from hipdnn_iree.plugin_sdk.errors import to_hipdnn
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.plugin_sdk.version import __version__
 from hipdnn_iree.plugins.numpy_reference import conv, norm, pointwise, sdpa  # noqa: F401  (register)
@@ -134,19 +135,21 @@ class NumpyReferencePlugin:
         try:
             g = decode_graph(op_graph)
         except GraphError as e:
-            raise HipdnnError(Status.BAD_PARAM, str(e)) from None
+            raise to_hipdnn(e, "graph") from None
         ctx = ReferenceContext(g, bound_tensors(g))
         for t in ctx.tensors:
             if t.role == "output":     # NOTE: inputs may alias (read through their strides); outputs may not
                 try:
                     t.layout
                 except GraphError as e:
-                    raise HipdnnError(Status.BAD_PARAM, f"NUMPY_REFERENCE: {e}") from None
+                    raise to_hipdnn(e, "graph", "NUMPY_REFERENCE: ") from None
         if dynamic:
             from graph_ir.dynamic import ShapeSpec
             try:
                 ctx.shape_spec = ShapeSpec.from_json(dynamic["shape_spec"])
-            except (GraphError, KeyError, TypeError) as e:
+            except GraphError as e:
+                raise to_hipdnn(e, "graph", "NUMPY_REFERENCE: unreadable shape spec: ") from None
+            except (KeyError, TypeError) as e:
                 raise HipdnnError(Status.BAD_PARAM, f"NUMPY_REFERENCE: unreadable shape spec: {e}") from None
             ctx.override = bool(dynamic.get("override"))
         return ctx
