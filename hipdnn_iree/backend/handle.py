@@ -8,6 +8,8 @@ the device.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from hipdnn_iree.backend.engines import (PluginResourceManager, discover_plugins, has_serialization_hooks,  # noqa: F401
                                          plugin_name)
 from hipdnn_iree.plugin_sdk.contract import SessionSettings
@@ -27,6 +29,23 @@ def self_check_enabled(setting) -> bool:
     return setting
 
 
+@dataclass(frozen=True)
+class HandleSettings:
+    """What a handle reads from the environment, once, when it is made (never at import).
+
+    Attributes:
+        max_plan_bytes: the size limit of plans restored on the handle (``HIPDNN_IREE_MAX_PLAN_BYTES``,
+            default 1 GiB; ``backend/envelope.py``).
+    """
+
+    max_plan_bytes: int
+
+    @classmethod
+    def from_environment(cls) -> "HandleSettings":
+        from hipdnn_iree.backend import envelope as _envelope
+        return cls(max_plan_bytes=_envelope.max_plan_bytes())
+
+
 def engine_name(handle, engine_id: int) -> str:
     """The engine's name as its plugin tells it (``engine_names``), else the id."""
     return handle.resource_manager.engine_name(engine_id)
@@ -38,7 +57,8 @@ class Handle:
     self_check = False   # first execution of each plan compared with NUMPY_REFERENCE (selfcheck.py)
 
     def __init__(self, device: str | None, resource_manager: PluginResourceManager, target: str = "",
-                 targets: tuple = ()):
+                 targets: tuple = (), settings: HandleSettings | None = None):
+        self.settings = settings if settings is not None else HandleSettings.from_environment()
         self.device = device
         self.resource_manager = resource_manager
         self.target = target                              # the target this handle's device runs
@@ -89,12 +109,13 @@ def open_handle(device, target, engine_plugins, cache, self_check, compile_flags
         raise HipdnnError(Status.BAD_PARAM, f"engine_plugins must be a list of plugin objects or None, "
                                             f"got {type(engine_plugins).__name__}")
     check = self_check_enabled(self_check)
+    settings = HandleSettings.from_environment()
     plugins = discover_plugins() if engine_plugins is None else list(engine_plugins)
     target_arg = list(target) if isinstance(target, (list, tuple)) else target
     rm = PluginResourceManager(plugins, SessionSettings(device, target_arg, cache, tuple(compile_flags)))
     resolved = rm.session_attr("target")
     targets = rm.session_attr("targets") or ()
     name = str(resolved) if resolved is not None else (target if isinstance(target, str) else "")
-    handle = Handle(device, rm, name, tuple(str(t) for t in targets))
+    handle = Handle(device, rm, name, tuple(str(t) for t in targets), settings)
     handle.self_check = check
     return handle
