@@ -174,12 +174,15 @@ class WrongWhenO3(IreeLinalgPlugin):
     """The real IREE engine, except that plans built with OPT_LEVEL=O3 subtract where they should add
     (a real, IREE-compiled wrong module: what a miscompile looks like to autotune)."""
 
-    def create_execution_context(self, engine_id, op_graph, engine_config=None, session=None):
-        ctx = super().create_execution_context(engine_id, op_graph, engine_config, session=session)
+    def create_execution_context(self, engine_id, op_graph, engine_config=None, session=None, dynamic=None,
+                                 defer_load=False):
+        ctx = super().create_execution_context(engine_id, op_graph, engine_config, session=session, dynamic=dynamic,
+                                               defer_load=True)
         if (getattr(engine_config, "knobs", None) or {}).get("OPT_LEVEL") == "O3":
             wrong = ctx.mlir.replace("arith.addf", "arith.subf", 1)
             ctx.vmfb = compile_mlir(wrong, ctx.target).vmfb
             ctx.vm_module, ctx.mlir = None, wrong
+        if not defer_load:
             session.load(ctx)
         return ctx
 
@@ -242,7 +245,7 @@ def test_serialize_runs_the_plugin_serializer_once(rng):
     calls = []
 
     class Counting(IreeLinalgPlugin):
-        def serialize_execution_context(self, ctx, engine_config=None, plan_info=None, session=None):
+        def serialize_execution_context(self, ctx, engine_config=None, plan_info=None):
             calls.append(1)
             return super().serialize_execution_context(ctx, engine_config, plan_info)
 

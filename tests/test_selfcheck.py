@@ -24,13 +24,16 @@ CORPUS_V2 = os.path.join(REPO, "tests", "data", "plan_v2_cpu.plan")
 class SkewedIreePlugin(IreeLinalgPlugin):
     """IREE_LINALG, except that its first ``arith.addf`` of the lowered MLIR is a subtraction."""
 
-    def create_execution_context(self, engine_id, op_graph, engine_config=None, session=None):
-        ctx = super().create_execution_context(engine_id, op_graph, engine_config, session=session)
+    def create_execution_context(self, engine_id, op_graph, engine_config=None, session=None, dynamic=None,
+                                 defer_load=False):
+        ctx = super().create_execution_context(engine_id, op_graph, engine_config, session=session, dynamic=dynamic,
+                                               defer_load=True)
         assert "arith.addf" in ctx.mlir
         wrong = ctx.mlir.replace("arith.addf", "arith.subf", 1)
         ctx.vmfb = compile_mlir(wrong, ctx.target).vmfb
         ctx.mlir, ctx.vm_module = wrong, None
-        session.load(ctx)
+        if not defer_load:
+            session.load(ctx)
         return ctx
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from importlib import metadata
 
-from hipdnn_iree.plugin_sdk.contract import REQUIRED_METHODS, SERIALIZATION_HOOKS, SESSION_METHODS, SessionSettings
+from hipdnn_iree.plugin_sdk.contract import SESSION_METHODS, Declaration, SessionSettings, check_plugin, plugin_name
 from hipdnn_iree.plugin_sdk.engine_config import EngineConfig, HeurMode, Knob, check_knob_values
 from hipdnn_iree.plugin_sdk.engine_ids import engine_id_from_name
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
@@ -36,16 +36,16 @@ def discover_plugins() -> list:
     return plugins
 
 
-def plugin_name(p) -> str:
-    return str(getattr(p, "name", type(p).__name__))
-
-
-def has_serialization_hooks(p) -> bool:
-    return all(callable(getattr(p, h, None)) for h in SERIALIZATION_HOOKS)
-
-
-def has_sessions(p) -> bool:
-    return callable(getattr(p, "create_session", None))
+def call_plugin(plugin, method: str, *args, **kw):
+    """``plugin.method(*args, **kw)``: the one way into a plugin. HipdnnError passes unchanged; any
+    other exception becomes PLUGIN_ERROR naming the plugin and the method."""
+    try:
+        return getattr(plugin, method)(*args, **kw)
+    except HipdnnError:
+        raise
+    except Exception as e:
+        raise HipdnnError(Status.PLUGIN_ERROR, f"engine plugin {plugin_name(plugin)} failed in {method}: "
+                                               f"{type(e).__name__}: {e}") from None
 
 
 class PluginResourceManager:
@@ -56,22 +56,39 @@ class PluginResourceManager:
         self.settings = settings
         self._by_engine: dict[int, object] = {}
         self._sessions: dict[int, object] = {}
+        self._declared: dict[int, Declaration] = {}
+        self._keep: list = []
         for p in self.plugins:
-            missing = [m for m in REQUIRED_METHODS if not callable(getattr(p, m, None))]
-            if missing:
-                raise HipdnnError(Status.PLUGIN_ERROR,
-                                  f"engine plugin {plugin_name(p)} lacks required method(s) {missing}")
             if any(q is p for q in self.plugins[:self.plugins.index(p)]):
                 raise HipdnnError(Status.PLUGIN_ERROR, f"engine plugin {plugin_name(p)} is given twice")
-            for eid in self._call(p, "get_all_engine_ids"):
+            self._declared[id(p)] = check_plugin(p)
+            for eid in self.call(p, "get_all_engine_ids"):
                 if int(eid) in self._by_engine:
                     raise HipdnnError(Status.PLUGIN_ERROR,
                                       f"engine id {eid} is served by two plugins: "
                                       f"{plugin_name(self._by_engine[int(eid)])} and {plugin_name(p)}")
                 self._by_engine[int(eid)] = p
         for p in self.plugins:
-            if has_sessions(p):
-                self._sessions[id(p)] = self._call(p, "create_session", settings)
+            if self.has(p, "sessions"):
+                self._sessions[id(p)] = call_plugin(p, "create_session", settings)
+
+    # -- declarations ----------------------------------------------------------------------
+    def declared(self, plugin) -> Declaration:
+        """``plugin``'s declaration: read when the handle loaded it (or, for a plugin from outside the
+        handle, such as the self-check's installed reference, on first use)."""
+        d = self._declared.get(id(plugin))
+        if d is None:
+            d = self._declared[id(plugin)] = check_plugin(plugin)
+            self._keep.append(plugin)   # NOTE: keeps id(plugin) from being reused while it is cached
+        return d
+
+    def has(self, plugin, capability: str) -> bool:
+        """Whether ``plugin`` declared ``capability`` (``plugin_sdk/contract.py``, CAPABILITIES)."""
+        return capability in self.declared(plugin).capabilities
+
+    def payload_engine_ids(self, plugin) -> dict:
+        """The plugin's ``payload_engine_ids`` (payload form -> envelope engine id), or {}."""
+        return self.declared(plugin).payload_engine_ids
 
     # -- sessions ------------------------------------------------------------------------
     def session_of(self, plugin):
@@ -89,29 +106,19 @@ class PluginResourceManager:
         sessions, self._sessions = self._sessions, {}
         for p in self.plugins:
             s = sessions.get(id(p))
-            if s is not None and callable(getattr(p, "destroy_session", None)):
+            if s is not None:
                 try:
-                    p.destroy_session(s)
-                except Exception:   # NOTE: releasing must not fail a handle's teardown
+                    call_plugin(p, "destroy_session", s)
+                except HipdnnError:   # NOTE: releasing must not fail a handle's teardown
                     pass
 
     # -- calls ---------------------------------------------------------------------------
-    def _call(self, plugin, method: str, *args, **kw):
-        fn = getattr(plugin, method)
-        try:
-            return fn(*args, **kw)
-        except HipdnnError:
-            raise
-        except Exception as e:
-            raise HipdnnError(Status.PLUGIN_ERROR, f"engine plugin {plugin_name(plugin)} failed in {method}: "
-                                                   f"{type(e).__name__}: {e}") from None
-
     def call(self, plugin, method: str, *args, **kw):
-        """``plugin.method(*args, **kw)``, with ``session=`` for session plugins; exceptions other
-        than HipdnnError become PLUGIN_ERROR naming the plugin and the method."""
-        if method in SESSION_METHODS and has_sessions(plugin):
+        """``plugin.method(*args, **kw)`` through :func:`call_plugin`, with ``session=`` for the
+        methods that take it of a plugin with sessions."""
+        if method in SESSION_METHODS and self.has(plugin, "sessions"):
             kw["session"] = self._sessions.get(id(plugin))
-        return self._call(plugin, method, *args, **kw)
+        return call_plugin(plugin, method, *args, **kw)
 
     def plugin_for(self, engine_id: int):
         return self._by_engine.get(int(engine_id))
@@ -122,8 +129,8 @@ class PluginResourceManager:
     def engine_name(self, engine_id: int) -> str:
         """The engine's name as its plugin tells it (``engine_names``), else the id."""
         plugin = self.plugin_for(engine_id)
-        names = getattr(plugin, "engine_names", None) or {}
-        return str(names.get(engine_id, engine_id))
+        names = self.declared(plugin).engine_names if plugin is not None else {}
+        return str(names.get(int(engine_id), engine_id))
 
     def engine_id_of(self, engine) -> int:
         """An engine id from an id or an UPPER_CASE name; BAD_PARAM for anything else."""
@@ -160,7 +167,7 @@ class PluginResourceManager:
         if plugin is None:
             raise HipdnnError(Status.BAD_PARAM, f"engine id {engine_id} is not loaded; the handle's engines are: "
                                                 f"{self.loaded_text()}")
-        if not callable(getattr(plugin, "get_knobs", None)):
+        if not self.has(plugin, "engine_configs"):
             return []
         return list(self.call(plugin, "get_knobs", engine_id))
 
@@ -171,14 +178,14 @@ class PluginResourceManager:
         """The configs ``mode`` asks of one engine (one knob-less config for plugins without knobs)."""
         plugin = self.plugin_for(engine_id)
         name = self.engine_name(engine_id)
-        if not callable(getattr(plugin, "get_engine_configs", None)):
+        if not self.has(plugin, "engine_configs"):
             return [EngineConfig(engine_id, name, {})] if mode != HeurMode.B else []
         found = self.call(plugin, "get_engine_configs", engine_id, op_graph, mode)
         return [EngineConfig(engine_id, name, self.check_knobs(engine_id, k)) for k in found]
 
     def record_tuning(self, config: EngineConfig, op_graph: bytes, timings: list) -> None:
         plugin = self.plugin_for(config.engine_id)
-        if callable(getattr(plugin, "record_tuning", None)):
+        if self.has(plugin, "tuning"):
             self.call(plugin, "record_tuning", config.engine_id, op_graph, dict(config.knobs), timings)
 
     def reference_plugin(self):
@@ -188,6 +195,6 @@ class PluginResourceManager:
         if p is not None:
             return p
         for q in discover_plugins():
-            if eid in [int(e) for e in q.get_all_engine_ids()]:
+            if eid in [int(e) for e in call_plugin(q, "get_all_engine_ids")]:
                 return q
         return None

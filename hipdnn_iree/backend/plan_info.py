@@ -7,22 +7,31 @@ modules, ``plugins/iree_linalg/describe.py``). The backend imports no engine to 
 from __future__ import annotations
 
 from hipdnn_iree.backend import envelope as _envelope
-from hipdnn_iree.backend.engines import discover_plugins
+from hipdnn_iree.backend.engines import call_plugin, discover_plugins
+from hipdnn_iree.plugin_sdk.contract import check_plugin
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 
 
 def _plugins() -> list:
+    """(plugin, declaration) of each installed plugin that meets the contract."""
     try:
-        return discover_plugins()
+        found = discover_plugins()
     except HipdnnError:
         return []   # NOTE: a broken third-party plugin must not stop inspecting a plan
+    checked = []
+    for p in found:
+        try:
+            checked.append((p, check_plugin(p)))
+        except HipdnnError:
+            pass    # NOTE: nor one that breaks the contract
+    return checked
 
 
 def engine_names(plugins=None) -> dict[int, str]:
     """engine id -> name for the installed plugins."""
     names = {}
-    for p in _plugins() if plugins is None else plugins:
-        names.update({int(k): str(v) for k, v in (getattr(p, "engine_names", None) or {}).items()})
+    for p, declared in _plugins() if plugins is None else plugins:
+        names.update(declared.engine_names)
     return names
 
 
@@ -33,9 +42,10 @@ def read_plan(data: bytes, verify_key=None):
     env = _envelope.decode(data, verify_key)
     plugins = _plugins()
     name = engine_names(plugins).get(env.engine_id, "unknown (no installed plugin serves it)")
-    for p in plugins:
-        if env.engine_id in [int(e) for e in p.get_all_engine_ids()] and callable(getattr(p, "describe_payload", None)):
-            return p.describe_payload(env, len(data), name, env.layout == _envelope.LAYOUT_LEGACY_V2, verify_key)
+    for p, declared in plugins:
+        if "description" in declared.capabilities and env.engine_id in [int(e) for e in call_plugin(p, "get_all_engine_ids")]:
+            return call_plugin(p, "describe_payload", env, len(data), name, env.layout == _envelope.LAYOUT_LEGACY_V2,
+                               verify_key)
     raise HipdnnError(Status.NOT_SUPPORTED, f"no installed engine plugin describes plans of engine id "
                                             f"{env.engine_id} ({name})")
 

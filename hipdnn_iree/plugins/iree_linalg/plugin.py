@@ -40,8 +40,11 @@ class IreeLinalgPlugin:
     engine_names = {ENGINE_ID: ENGINE_NAME, FUSILLI_ENGINE_ID: FUSILLI_ENGINE_NAME}
     # serialize_compiled_plan(payload=...): the envelope engine_id each payload form is written under
     payload_engine_ids = {"compiled": ENGINE_ID, "hipdnn_graph": FUSILLI_ENGINE_ID}
-    # the backend hands the envelope fields to the serialization hooks (FUSPLAN signs them)
-    accepts_plan_info = True
+    # the contract's optional groups this engine implements (plugin_sdk/contract.py); plan_info: the
+    # backend hands the envelope fields to the serialization hooks (FUSPLAN signs them)
+    capabilities = frozenset({"sessions", "serialization", "plan_info", "plan_compatibility", "hipdnn_graph_payload",
+                              "engine_configs", "tuning", "deferred_load", "dynamic_shapes", "description",
+                              "source_text"})
 
     # -- sessions -------------------------------------------------------------------------
     def create_session(self, settings) -> IreeSession:
@@ -113,8 +116,7 @@ class IreeLinalgPlugin:
         _run.execute(ctx, variant_pack, overrides)
 
     # -- serialization hooks --------------------------------------------------------------
-    def serialize_execution_context(self, ctx: IreeExecutionContext, engine_config=None, plan_info=None,
-                                    session=None) -> bytes:
+    def serialize_execution_context(self, ctx: IreeExecutionContext, engine_config=None, plan_info=None) -> bytes:
         return _payload.serialize(ctx, self.version, plan_info)
 
     def destroy_serialized_execution_context(self, serialized) -> None:

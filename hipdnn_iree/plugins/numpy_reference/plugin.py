@@ -109,10 +109,8 @@ def evaluate(g: GraphDesc, inputs: dict[int, np.ndarray], built: GraphDesc | Non
 class NumpyReferencePlugin:
     name = "hipdnn_iree.numpy_reference"
     version = __version__
-
-    def bind(self, device_uri, target) -> None:
-        pass
-
+    # the contract's optional groups (plugin_sdk/contract.py): dynamic builds and override shapes
+    capabilities = frozenset({"dynamic_shapes"})
     engine_names = {ENGINE_ID: ENGINE_NAME}
 
     def get_all_engine_ids(self) -> list[int]:
