@@ -18,6 +18,8 @@ import inspect
 import os
 import sys
 
+from lowering.abi import ENTRY_POINT
+
 ENV = "HIPDNN_IREE_RECORD_GOLDENS"   # read by the sink, not here
 SINK = "_hipdnn_iree_goldens_sink"
 
@@ -39,7 +41,7 @@ def recording(fn):
         bound = sig.bind(*args, **kwargs)
         bound.apply_defaults()
         a = bound.arguments
-        if a.get("_entry") != "main" or not a.get("_reflect", True):
+        if a.get("_entry") != ENTRY_POINT or not a.get("_reflect", True):
             return fn(*args, **kwargs)
         try:
             out = fn(*args, **kwargs)

@@ -22,12 +22,7 @@ from graph_ir.layout import physical_layout
 from lowering.policy import LoweringPolicy
 from lowering.ops.matmul import needs_relayout_barrier, propagation_barrier
 
-ENTRY_POINT = "main"
-STATIC_ENTRY = "main_static"   # a specialized dynamic module's second function: the static lowering at the built dims
-REFLECTION_KEY = "hipdnn_iree.abi"
-GRAPH_KEY = "hipdnn_iree.graph"
-# History: 1 (2026-11-29) first layout: {"version", "graph", "target", "tensors": [...]}.
-ABI_FORMAT_VERSION = 1
+from lowering.abi import ABI_FORMAT_VERSION, ENTRY_POINT, GRAPH_KEY, REFLECTION_KEY, STATIC_ENTRY  # noqa: F401
 
 _DTYPE_NAMES = {v: k for k, v in vars(DataType).items() if not k.startswith("_") and isinstance(v, int)}
 

@@ -106,26 +106,50 @@ def test_hit_gives_what_a_compile_gives(cpu, cache_env):
     assert g2.serialize_compiled_plan() == g1.serialize_compiled_plan()
 
 
-def test_key_covers_graph_target_flags_and_versions():
-    base = dict(op_graph=b"graph-bytes", target="llvm-cpu:host", flags=["--a", "--b"], compiler_version="3.13.0",
-                package_version="0.1.0", code_digest="d")
+def test_key_covers_mlir_target_flags_and_versions():
+    base = dict(mlir="module {}", target="llvm-cpu:host", flags=["--a", "--b"], compiler_identity="3.13.0",
+                abi_version=1, entry_format=1)
     k = _cache.cache_key(**base)
     assert k == _cache.cache_key(**base) and len(k) == 64
-    for field, other in [("op_graph", b"graph-bytez"), ("target", "llvm-cpu:znver3"), ("flags", ["--a"]),
-                         ("flags", ["--b", "--a"]), ("flags", ["--a", "--b", "--c"]), ("compiler_version", "3.13.1"),
-                         ("package_version", "0.2.0"), ("code_digest", "e")]:
+    for field, other in [("mlir", "module { }"), ("target", "llvm-cpu:znver3"), ("flags", ["--a"]),
+                         ("flags", ["--b", "--a"]), ("flags", ["--a", "--b", "--c"]), ("compiler_identity", "3.13.1"),
+                         ("abi_version", 2), ("entry_format", 2)]:
         assert _cache.cache_key(**{**base, field: other}) != k, field
     # length prefixes: moving bytes between parts changes the key
-    assert _cache.cache_key(**{**base, "op_graph": b"graph-bytesl", "target": "lvm-cpu:host"}) != k
+    assert _cache.cache_key(**{**base, "mlir": "module {}l", "target": "lvm-cpu:host"}) != k
     store = _cache.CompileCache("/nonexistent")
     cpu, zen = parse_target("llvm-cpu:host"), parse_target("llvm-cpu:znver3")
-    key = store.key_for(b"g", cpu)
-    assert store.key_for(b"g", cpu) == key
-    assert len({key, store.key_for(b"h", cpu), store.key_for(b"g", zen), store.key_for(b"g", parse_target("rocm:gfx942")),
-                store.key_for(b"g", cpu, ("--iree-opt-level=O3",))}) == 5
+    key = store.key_for("module {}", cpu)
+    assert store.key_for("module {}", cpu) == key
+    assert len({key, store.key_for("module {\n}", cpu), store.key_for("module {}", zen),
+                store.key_for("module {}", parse_target("rocm:gfx942")),
+                store.key_for("module {}", cpu, ("--iree-opt-level=O3",))}) == 5
+
+
+def test_spec_files_enter_the_key_by_content_not_path(tmp_path):
+    """A flag naming a file (a transform-dialect spec knobs.py writes to a temporary folder) keys by
+    the file's content: another folder, same text: same key; other text: another key."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    (a / "s.mlir").write_text("spec one")
+    (b / "s.mlir").write_text("spec one")
+    cpu, store = parse_target("llvm-cpu:host"), _cache.CompileCache("/nonexistent")
+
+    def key(folder):
+        return store.key_for("module {}", cpu, (f"--iree-codegen-transform-dialect-library={folder}/s.mlir@__kernel_config",))
+    assert key(a) == key(b)
+    assert "sha256:" in _cache.key_flags([f"--x={a}/s.mlir@e"])[0] and str(a) not in _cache.key_flags([f"--x={a}/s.mlir"])[0]
+    (b / "s.mlir").write_text("spec two")
+    assert key(a) != key(b)
+    from hipdnn_iree.plugins.iree_linalg.knobs import tile_spec_flag
+    flag = tile_spec_flag("64X64")
+    path = flag.split("=", 1)[1].split("@")[0]
+    assert path not in _cache.key_flags([flag])[0] and "sha256:" in _cache.key_flags([flag])[0]
 
 
 def test_real_graphs_get_distinct_keys(cpu):
+    from hipdnn_iree.plugins.iree_linalg import build as _build
+    from hipdnn_iree.plugins.iree_linalg.knobs import GraphSummary, resolve
     build, _ = _graph()
     g = build().validate().build_operation_graph(cpu)
     other = hd.Graph(name="cache_mlp", io_data_type=hd.DataType.FLOAT)
@@ -135,9 +159,13 @@ def test_real_graphs_get_distinct_keys(cpu):
     other.validate().build_operation_graph(cpu)
     store = _cache.CompileCache("/nonexistent")
     t = parse_target("llvm-cpu:host")
-    assert store.key_for(g.get_op_graph_bytes(), t) != store.key_for(other.get_op_graph_bytes(), t)
-    assert store.key_for(g.get_op_graph_bytes(), t) == store.key_for(build().validate().build_operation_graph(cpu)
-                                                                      .get_op_graph_bytes(), t)
+
+    def key(graph_bytes):
+        desc = _build.decode(graph_bytes)
+        resolved = resolve(t, GraphSummary.of(desc), {})
+        return store.key_for(_build.lower(desc, graph_bytes, resolved, verify=False).mlir, t, resolved.flags)
+    assert key(g.get_op_graph_bytes()) != key(other.get_op_graph_bytes())
+    assert key(g.get_op_graph_bytes()) == key(build().validate().build_operation_graph(cpu).get_op_graph_bytes())
 
 
 def test_cache_false_and_env_zero_bypass(cache_env, monkeypatch):

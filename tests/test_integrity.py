@@ -165,8 +165,9 @@ def test_unknown_plugin_named_in_error(built):
 def test_size_bounds(built, monkeypatch):
     h, g = built
     data = g.serialize_compiled_plan()
-    monkeypatch.setattr(_envelope, "MAX_ENVELOPE_BYTES", len(data) - 1)
-    raises(S.BAD_PARAM, lambda: hd.Graph.from_compiled_plan(h, data), match="limit")
+    # NOTE: the limit is the handle's, read when it is made (backend/handle.py HandleSettings)
+    monkeypatch.setenv("HIPDNN_IREE_MAX_PLAN_BYTES", str(len(data) - 1))
+    raises(S.BAD_PARAM, lambda: hd.Graph.from_compiled_plan(hd.create_handle(), data), match="limit")
     monkeypatch.undo()
     monkeypatch.setattr(_envelope, "MAX_TENSOR_UIDS", 2)
     raises(S.BAD_PARAM, lambda: hd.Graph.from_compiled_plan(h, data), match="tensor_uids")

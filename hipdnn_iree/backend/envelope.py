@@ -35,7 +35,10 @@ ENVELOPE_VERSION = 1          # what this writer produces
 SUPPORTED_VERSIONS = (1, 2)   # what this reader accepts (2: hipdnn-iree 0.1.0's layout only)
 PAYLOAD_ALIGNMENT = 64        # the payload vector's data starts this aligned in the envelope
 # Size bounds, checked before anything is copied or allocated from the bytes.
-MAX_ENVELOPE_BYTES = int(os.environ.get("HIPDNN_IREE_MAX_PLAN_BYTES", 1 << 30))   # 1 GiB
+# NOTE: the plan size limit is read from the environment when it is used (a handle reads it once,
+# when it is made: backend/handle.py HandleSettings), never at import.
+MAX_PLAN_BYTES_ENV = "HIPDNN_IREE_MAX_PLAN_BYTES"
+DEFAULT_MAX_ENVELOPE_BYTES = 1 << 30   # 1 GiB
 MAX_TENSOR_UIDS = 1 << 16
 MAX_STRING_BYTES = 4096
 _SIG_DOMAIN = b"hipdnn-iree signed plan v1\0"   # 0.1.0's envelope signature (version 2)
@@ -76,6 +79,22 @@ class Envelope:
     # hipDNN forks' slot 5 (third edition): the plan takes shapes other than the built ones.
     # Written (true) only by override-shape plans; readers of the RFC's five fields ignore it.
     is_override_shape_enabled: bool = False
+
+
+def max_plan_bytes() -> int:
+    """The plan size limit: ``HIPDNN_IREE_MAX_PLAN_BYTES`` (a positive byte count) as it is now,
+    else 1 GiB. A value that is not a positive integer is BAD_PARAM naming the variable."""
+    raw = os.environ.get(MAX_PLAN_BYTES_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_ENVELOPE_BYTES
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise HipdnnError(Status.BAD_PARAM, f"environment variable {MAX_PLAN_BYTES_ENV}={raw!r}: expected a "
+                                            "positive number of bytes (default 1073741824, 1 GiB)")
+    return n
 
 
 def signed_contents(env: Envelope) -> bytes:
@@ -308,7 +327,7 @@ def aligned_empty(n: int, alignment: int = PAYLOAD_ALIGNMENT) -> memoryview:
     return memoryview(raw[start:start + n])
 
 
-def decode(data, verify_key=None) -> Envelope:
+def decode(data, verify_key=None, max_bytes: int | None = None) -> Envelope:
     """Parses and validates envelope bytes; every problem is a HipdnnError.
 
     Order: size bounds, FlatBuffer bounds, version and layout, required fields, then for
@@ -316,19 +335,21 @@ def decode(data, verify_key=None) -> Envelope:
     Version 1 carries no digest or signature: the plugin payload does (the IREE engine checks its
     own, ``verify_key`` included). Nothing of the payload is interpreted here. ``data``: bytes, or
     any C-contiguous buffer of 1-byte items (copied once into private aligned memory, then read in
-    place: the payload is a view, not a further copy); see :func:`plan_buffer`.
+    place: the payload is a view, not a further copy); see :func:`plan_buffer`. ``max_bytes``: the
+    plan size limit (a handle's, read when it was made); None reads :func:`max_plan_bytes` now.
     """
+    limit = max_plan_bytes() if max_bytes is None else int(max_bytes)
     if data is None:
         raise HipdnnError(Status.BAD_PARAM_NULL_POINTER, "serialized plan is None: pass the plan bytes")
     data = plan_buffer(data, "serialized plan")
     n = len(data)
     if n == 0:
         raise HipdnnError(Status.BAD_PARAM, "serialized plan is empty (0 bytes)")
-    if n > MAX_ENVELOPE_BYTES:
-        raise HipdnnError(Status.BAD_PARAM, f"serialized plan is {n} bytes, over the {MAX_ENVELOPE_BYTES}-byte limit "
+    if n > limit:
+        raise HipdnnError(Status.BAD_PARAM, f"serialized plan is {n} bytes, over the {limit}-byte limit "
                                             "(HIPDNN_IREE_MAX_PLAN_BYTES)")
     try:
-        check_table(data, _HEAD, max_vector_len=MAX_ENVELOPE_BYTES)
+        check_table(data, _HEAD, max_vector_len=limit)
     except FlatBufferError as e:
         raise HipdnnError(Status.BAD_PARAM,
                           f"serialized plan is not a SerializedExecutionPlan FlatBuffer ({n} bytes): {e}") from None
@@ -337,7 +358,7 @@ def decode(data, verify_key=None) -> Envelope:
     layout = _detect_layout(data, version)
     fields_spec = {LAYOUT_LEGACY_V2: _LEGACY_V2, LAYOUT_ENGINE_CONFIG: _ENGINE_CONFIG}.get(layout, _RFC)
     try:
-        check_table(data, fields_spec, max_vector_len=MAX_ENVELOPE_BYTES)
+        check_table(data, fields_spec, max_vector_len=limit)
     except FlatBufferError as e:
         raise HipdnnError(Status.BAD_PARAM, f"serialized plan ({layout} layout, {n} bytes) is damaged: {e}") from None
     payload_slot = 5 if layout == LAYOUT_ENGINE_CONFIG else 4

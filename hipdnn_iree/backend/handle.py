@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hipdnn_iree.backend.engines import (PluginResourceManager, discover_plugins, has_serialization_hooks,  # noqa: F401
-                                         plugin_name)
+from hipdnn_iree.backend.engines import PluginResourceManager, discover_plugins, plugin_name  # noqa: F401
 from hipdnn_iree.plugin_sdk.contract import SessionSettings
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 

@@ -15,7 +15,7 @@ import numbers
 from dataclasses import dataclass, field
 
 from hipdnn_iree.backend import envelope as _envelope
-from hipdnn_iree.backend.handle import Handle, engine_name, has_serialization_hooks, plugin_name
+from hipdnn_iree.backend.handle import Handle, engine_name, plugin_name
 from hipdnn_iree.plugin_sdk.engine_config import EngineConfig
 from hipdnn_iree.plugin_sdk.engine_ids import engine_id_from_name
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
@@ -112,17 +112,18 @@ class ExecutionPlanDescriptor:
         if check or self.self_check_error is not None:
             from hipdnn_iree.backend import selfcheck as _selfcheck
             _selfcheck.before_execute(self)
+        rm = self.handle.resource_manager
         if self.override_enabled:
-            self.plugin.execute_op_graph(self.context, variant_pack, workspace, overrides=overrides or {})
+            rm.call(self.plugin, "execute_op_graph", self.context, variant_pack, workspace, overrides=overrides or {})
         else:
-            self.plugin.execute_op_graph(self.context, variant_pack, workspace)
+            rm.call(self.plugin, "execute_op_graph", self.context, variant_pack, workspace)
         if check:
             _selfcheck.after_execute(self, variant_pack)
 
     def release(self) -> None:
         if self.context is not None:
             try:
-                self.plugin.destroy_execution_context(self.context)
+                self.handle.resource_manager.call(self.plugin, "destroy_execution_context", self.context)
             finally:
                 self.context = None
                 self.finalized = False
@@ -134,10 +135,10 @@ def build_execution_plan(handle: Handle, engine_id: int, op_graph: bytes, tensor
     """Normal build path: engine config + graph + plugin -> finalized plan.
 
     ``dynamic`` (a dynamic-shape build): ``{"shape_spec": JSON, "override": bool, "kernel_cache":
-    hd.KernelCache or None}``, handed to the engine as ``dynamic=``; an engine whose
-    ``create_execution_context`` does not take it cannot build dynamic plans (NOT_SUPPORTED).
-    ``defer_load``: an engine that can (``load_execution_context``) builds without loading the plan
-    on the device; :func:`load_execution_plan` loads it, on the calling thread."""
+    hd.KernelCache or None}``, handed to the engine as ``dynamic=``; an engine without the
+    ``dynamic_shapes`` capability cannot build dynamic plans (NOT_SUPPORTED).
+    ``defer_load``: an engine with ``deferred_load`` builds without loading the plan on the device;
+    :func:`load_execution_plan` loads it, on the calling thread."""
     rm = handle.resource_manager
     plugin = rm.plugin_for(engine_id)
     if plugin is None:
@@ -146,12 +147,11 @@ def build_execution_plan(handle: Handle, engine_id: int, op_graph: bytes, tensor
     config = config or EngineConfig(engine_id, engine_name(handle, engine_id))
     kw = {}
     if dynamic is not None:
-        if not _takes_keyword(plugin.create_execution_context, "dynamic"):
+        if not rm.has(plugin, "dynamic_shapes"):
             raise HipdnnError(Status.NOT_SUPPORTED, f"engine {engine_name(handle, engine_id)} (plugin "
                                                     f"{plugin_name(plugin)}) cannot build dynamic-shape plans")
         kw["dynamic"] = dynamic
-    if (defer_load and callable(getattr(plugin, "load_execution_context", None))
-            and _takes_keyword(plugin.create_execution_context, "defer_load")):
+    if defer_load and rm.has(plugin, "deferred_load"):
         kw["defer_load"] = True
     ctx = rm.call(plugin, "create_execution_context", engine_id, op_graph, config, **kw)
     return ExecutionPlanDescriptor(handle, engine_id, ws, tuple(sorted(tensor_uids)), plugin, ctx, config,
@@ -162,17 +162,9 @@ def build_execution_plan(handle: Handle, engine_id: int, op_graph: bytes, tensor
 def load_execution_plan(plan: ExecutionPlanDescriptor) -> None:
     """Loads a plan built with ``defer_load`` on its handle's device, on the calling thread (a no-op
     for engines that load as they build)."""
-    if callable(getattr(plan.plugin, "load_execution_context", None)):
-        plan.handle.resource_manager.call(plan.plugin, "load_execution_context", plan.context)
-
-
-def _takes_keyword(fn, name: str) -> bool:
-    import inspect
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+    rm = plan.handle.resource_manager
+    if rm.has(plan.plugin, "deferred_load"):
+        rm.call(plan.plugin, "load_execution_context", plan.context)
 
 
 def _plan_info(plan_engine_id: int, workspace_size: int, tensor_uids, **extra) -> dict:
@@ -181,18 +173,6 @@ def _plan_info(plan_engine_id: int, workspace_size: int, tensor_uids, **extra) -
     from hipdnn_iree.plugin_sdk.version import __version__
     return dict(engine_id=int(plan_engine_id), workspace_size=int(workspace_size),
                 tensor_uids=tuple(sorted(int(u) for u in tensor_uids)), producer_version=__version__, **extra)
-
-
-def _takes_plan_info(plugin, hook) -> bool:
-    """Whether a plugin's hook takes the ``plan_info`` keyword (it says so with ``accepts_plan_info``)."""
-    if not getattr(plugin, "accepts_plan_info", False):
-        return False
-    import inspect
-    try:
-        params = inspect.signature(hook).parameters
-    except (TypeError, ValueError):
-        return False
-    return "plan_info" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 PAYLOADS = ("compiled", "hipdnn_graph")
@@ -204,10 +184,11 @@ def _payload_engine_id(plan: ExecutionPlanDescriptor, payload: str) -> int:
     FUSILLI_ENGINE); a plugin without it writes only ``compiled``, under the plan's own id."""
     if payload not in PAYLOADS:
         raise HipdnnError(Status.BAD_PARAM, f"payload must be one of {list(PAYLOADS)}, got {payload!r}")
-    ids = getattr(plan.plugin, "payload_engine_ids", None) or {}
+    rm = plan.handle.resource_manager
+    ids = rm.payload_engine_ids(plan.plugin)
     if payload == "compiled":
         return int(ids.get("compiled", plan.engine_id))
-    if payload not in ids or not _takes_plan_info(plan.plugin, plan.plugin.serialize_execution_context):
+    if payload not in ids or not rm.has(plan.plugin, "hipdnn_graph_payload"):
         raise HipdnnError(Status.NOT_SUPPORTED, f"engine {engine_name(plan.handle, plan.engine_id)} (plugin "
                                                 f"{plugin_name(plan.plugin)}) cannot write a {payload!r} payload")
     return int(ids[payload])
@@ -220,14 +201,15 @@ def _serialize(plan: ExecutionPlanDescriptor, signing_key=None, version: int = _
     if not plan.finalized or plan.context is None:
         raise HipdnnError(Status.NOT_INITIALIZED, "execution plan is not finalized: build the plan first")
     plugin = plan.plugin
-    if not has_serialization_hooks(plugin):
+    rm = plan.handle.resource_manager
+    if not rm.has(plugin, "serialization"):
         raise HipdnnError(Status.NOT_SUPPORTED,
                           f"engine {engine_name(plan.handle, plan.engine_id)} (plugin {plugin_name(plugin)}) "
                           "does not support compiled-plan serialization")
     engine_id = _payload_engine_id(plan, payload)
     # NOTE: the envelope is hipDNN's five fields (FORMATS.md); identity, digest and signature are the
     # plugin's to write inside its payload. Plugins that say so get the envelope fields to sign.
-    takes_info = _takes_plan_info(plugin, plugin.serialize_execution_context)
+    takes_info = rm.has(plugin, "plan_info")
     if signing_key is not None and not takes_info:
         raise HipdnnError(Status.NOT_SUPPORTED, f"plugin {plugin_name(plugin)} cannot sign its plans (it does not "
                                                 "take plan_info): serialize without signing_key")
@@ -235,20 +217,15 @@ def _serialize(plan: ExecutionPlanDescriptor, signing_key=None, version: int = _
         _envelope._key(signing_key, "signing_key")
     serialized = None
     try:
-        try:
-            if takes_info:
-                # NOTE: gather=True: the plugin may return its payload as a list of buffers, which
-                # encode copies once, straight into the envelope (no joined copy in between)
-                info = _plan_info(engine_id, plan.workspace_size, plan.tensor_uids, signing_key=signing_key,
-                                  payload=payload, op_graph=plan.op_graph, gather=True)
-                serialized = plugin.serialize_execution_context(plan.context, plan.engine_config, plan_info=info)
-            else:
-                serialized = plugin.serialize_execution_context(plan.context, plan.engine_config)
-        except HipdnnError:
-            raise
-        except Exception as e:
-            raise HipdnnError(Status.PLUGIN_ERROR, f"plugin {plugin_name(plugin)} failed to serialize its "
-                                                   f"execution context: {type(e).__name__}: {e}") from None
+        if takes_info:
+            # NOTE: gather=True: the plugin may return its payload as a list of buffers, which
+            # encode copies once, straight into the envelope (no joined copy in between)
+            info = _plan_info(engine_id, plan.workspace_size, plan.tensor_uids, signing_key=signing_key,
+                              payload=payload, op_graph=plan.op_graph, gather=True)
+            serialized = rm.call(plugin, "serialize_execution_context", plan.context, plan.engine_config,
+                                 plan_info=info)
+        else:
+            serialized = rm.call(plugin, "serialize_execution_context", plan.context, plan.engine_config)
         if isinstance(serialized, list) and takes_info:   # buffers to concatenate (gather=True)
             payload_bytes = [bytes(p) if not isinstance(p, (bytes, memoryview)) else p for p in serialized]
             size = sum(len(p) for p in payload_bytes)
@@ -259,7 +236,7 @@ def _serialize(plan: ExecutionPlanDescriptor, signing_key=None, version: int = _
             raise HipdnnError(Status.PLUGIN_ERROR, f"plugin {plugin_name(plugin)} returned an empty payload")
     finally:
         if serialized is not None:
-            plugin.destroy_serialized_execution_context(serialized)
+            rm.call(plugin, "destroy_serialized_execution_context", serialized)
     env = _envelope.Envelope(version, engine_id, plan.workspace_size, tuple(sorted(plan.tensor_uids)), payload_bytes,
                              is_override_shape_enabled=bool(plan.override_enabled and payload == "compiled"))
     return _envelope.encode(env)
@@ -331,17 +308,17 @@ def create_and_deserialize_execution_plan(handle: Handle, serialized_plan, verif
         raise HipdnnError(Status.INTERNAL_ERROR,
                           f"no loaded engine plugin serves engine id {env.engine_id}{writer}; loaded engines: "
                           f"{', '.join(engine_name(handle, e) for e in handle.resource_manager.engine_ids()) or 'none'}")
-    if not has_serialization_hooks(plugin):
+    rm = handle.resource_manager
+    if not rm.has(plugin, "serialization"):
         raise HipdnnError(Status.NOT_SUPPORTED, f"engine plugin {plugin_name(plugin)} cannot restore compiled plans "
                                                 "(no serialization hooks)")
     legacy = env.layout == _envelope.LAYOUT_LEGACY_V2
-    rm = handle.resource_manager
-    if callable(getattr(plugin, "check_plan_compatibility", None)) and legacy:
+    if rm.has(plugin, "plan_compatibility") and legacy:
         # NOTE: 0.1.0 plans keep their identity in the envelope
         rm.call(plugin, "check_plan_compatibility", {"plugin_name": env.plugin_name, "plugin_version": env.plugin_version,
                "producer_version": env.producer_version, "compiler_version": env.compiler_version,
                "target_device": env.target_device, "target_arch": env.target_arch})
-    takes_info = _takes_plan_info(plugin, plugin.create_execution_context_from_serialized)
+    takes_info = rm.has(plugin, "plan_info")
     if verify_key is not None and not legacy and not takes_info:
         raise HipdnnError(Status.NOT_SUPPORTED, f"plugin {plugin_name(plugin)} cannot check plan signatures (it does "
                                                 "not take plan_info): restore without verify_key")
@@ -358,14 +335,14 @@ def create_and_deserialize_execution_plan(handle: Handle, serialized_plan, verif
                                             f"plan payload's {ctx_uids}")
     config = None
     override = False
-    if callable(getattr(plugin, "describe_context", None)):
+    if rm.has(plugin, "description"):
         said = rm.call(plugin, "describe_context", ctx) or {}
         if said.get("engine_name"):
             config = EngineConfig(engine_id_from_name(said["engine_name"]), said["engine_name"],
                                   dict(said.get("knobs") or {}))
         # NOTE: the payload decides (its module takes other shapes or not); the envelope's slot 5
         # only tells hipDNN's forks, and a plan whose payload cannot take them is not made to
-        override = bool(said.get("override_shapes"))
+        override = bool(said.get("override_shapes")) and rm.has(plugin, "dynamic_shapes")
     return ExecutionPlanDescriptor(handle, env.engine_id, env.workspace_size, env.tensor_uids, plugin, ctx,
                                    engine_config=config, restored=True, envelope=env, override_enabled=override)
 

@@ -109,8 +109,13 @@ def _open(path: str, what: str):
     return f, st
 
 
+def _plan_limit() -> int:
+    """The plan size limit, read from the environment at each call (``envelope.max_plan_bytes``)."""
+    return _envelope.max_plan_bytes()
+
+
 def _limit_text(limit: int) -> str:
-    plan = limit == _envelope.MAX_ENVELOPE_BYTES
+    plan = limit == _plan_limit()
     return f"the {limit}-byte " + ("plan limit (HIPDNN_IREE_MAX_PLAN_BYTES)" if plan else "limit")
 
 
@@ -130,7 +135,7 @@ def could_start_plan(head, limit: int | None = None) -> str | None:
     pass all of that with a probability around 2**-27 or less (the root offset alone: 2**-14 for a
     1 MiB chunk); /dev/zero fails the first test.
     """
-    limit = _envelope.MAX_ENVELOPE_BYTES if limit is None else limit
+    limit = _plan_limit() if limit is None else limit
     n = len(head)
     if n < 12:
         return f"{n} bytes is too short for a plan"
@@ -216,7 +221,7 @@ def load_plan(path) -> bytes:
     Example:
         >>> r = hd.Graph.from_compiled_plan(handle, hd.load_plan("mlp.plan"))   # doctest: +SKIP
     """
-    return read_bounded(path, "load_plan", _envelope.MAX_ENVELOPE_BYTES, could_start_plan)
+    return read_bounded(path, "load_plan", _plan_limit(), could_start_plan)
 
 
 def read_plan_private(path, what: str = "from_compiled_plan_file"):
@@ -225,7 +230,7 @@ def read_plan_private(path, what: str = "from_compiled_plan_file"):
     afterwards without affecting the restored plan. Checks and errors as :func:`load_plan`.
     """
     path = _fspath(path, what)
-    limit = _envelope.MAX_ENVELOPE_BYTES
+    limit = _plan_limit()
     f, st = _open(path, what)
     with f:
         if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
@@ -261,7 +266,7 @@ def map_plan(path, what: str = "from_compiled_plan_file"):
     """
     import mmap
     path = _fspath(path, what)
-    limit = _envelope.MAX_ENVELOPE_BYTES
+    limit = _plan_limit()
     f, st = _open(path, what)
     with f:
         if not stat.S_ISREG(st.st_mode) or st.st_size == 0:

@@ -55,7 +55,7 @@ def _read(path: str, what: str, limit: int | None = None, check=None, kind: str 
     if os.path.isdir(path):
         raise CliError(EXIT_USAGE, f"{what} '{path}' is a folder, not a file")
     try:
-        return planfile.read_bounded(path, what, _envelope.MAX_ENVELOPE_BYTES if limit is None else limit, check,
+        return planfile.read_bounded(path, what, _envelope.max_plan_bytes() if limit is None else limit, check,
                                      kind)
     except planfile.FileError as e:
         raise CliError(EXIT_USAGE, e.message) from None

@@ -1,10 +1,11 @@
 """Building a plan: graph bytes + engine config -> lowering policy and flags -> cached or compiled
 ``.vmfb`` per target -> a context loaded on the session's device.
 
-The graph is decoded once per build and lowered once per target; the compile cache key is the
-graph bytes, the target, the resolved lowering policy, every compiler flag, the compiler's
-identity and this engine's code (``cache.py``), so a change of any knob or policy field gives
-another module, never a cached one built under other settings.
+The graph is decoded once per build and lowered once per target (twice on a compile cache miss: the
+unverified text keys the cache, the verified one is compiled); the compile cache key is the MLIR
+text, the target, every compiler flag (spec files by content), the compiler's identity and the ABI
+and entry format versions (``cache.py``), so a change of any knob or policy field that changes the
+module gives another entry, never a cached one built under other settings.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from hipdnn_iree.plugin_sdk.errors import to_hipdnn
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.plugins.iree_linalg import cache as _cache
-from hipdnn_iree.plugins.iree_linalg.context import IreeExecutionContext, tensors_from_abi
+from hipdnn_iree.plugins.iree_linalg.context import ENGINE_NAME, IreeExecutionContext, tensors_from_abi
 from hipdnn_iree.plugins.iree_linalg.knobs import GraphSummary, Resolved, resolve, shape_specialize
 from hipdnn_iree.plugins.iree_linalg.session import IreeSession
 from hipdnn_iree.plugins.iree_linalg.targets import Target
@@ -62,7 +63,7 @@ def applicable(op_graph: bytes, session: IreeSession | None = None) -> bool:
     return all(n.kind in LOWERINGS for n in g.nodes) and unsupported_reason(g, tuple(LOWERINGS)) is None
 
 
-def build(session: IreeSession, op_graph: bytes, knobs: dict, engine_name: str = "IREE_LINALG",
+def build(session: IreeSession, op_graph: bytes, knobs: dict, engine_name: str = ENGINE_NAME,
           desc: GraphDesc | None = None, refusal: tuple[str, str] = ("", "graph"), dynamic=None,
           load: bool = True) -> IreeExecutionContext:
     """One context: a module per session target (FUSPLAN kind 3 when several), the one for the
@@ -164,17 +165,14 @@ def _build_one(session: IreeSession, target: Target, op_graph: bytes, desc: Grap
                knobs: dict, refusal: tuple, spec=None, kernel_cache=None, special=False) -> IreeExecutionContext:
     resolved = resolve(target, summary, knobs, dynamic=spec is not None and spec.is_dynamic())
     flags = resolved.flags + tuple(session.compile_flags)   # NOTE: the caller's flags last: they win
-    policy_key = resolved.policy.to_json()
     kc_key = None
     if spec is not None:
-        # NOTE: the shape spec is part of every key: a dynamic module is another module
-        policy_key += "\0shape_spec=" + spec.to_json()
-        if special:   # NOTE: a module with the build shape's static function too: another module
-            policy_key += "\0shape_specialize=1"
+        # NOTE: the shape spec and the specialization show in the MLIR, hence in the compile cache key
         if kernel_cache is not None:
             # NOTE: a hit serves another shape of the topology with this module as is: its static
             # function stays the first graph's (its ABI says which dims), the others run dynamic code
-            kc_key = ("IREE_LINALG", topology_key(desc, spec), str(target), flags, resolved.policy.to_json(), special)
+            kc_key = (ENGINE_NAME, topology_key(desc, spec), str(target), _cache.key_flags(flags),
+                      resolved.policy.to_json(), special)
             got = kernel_cache.get(kc_key)
             if got is not None:   # NOTE: compiled for another graph of this topology: nothing is lowered
                 abi = _abi_at(got.abi, desc)
@@ -182,18 +180,28 @@ def _build_one(session: IreeSession, target: Target, op_graph: bytes, desc: Grap
                                             dispatch_count=got.dispatch_count, mlir=got.mlir, compile_flags=got.flags,
                                             compiler_version=got.compiler_version, policy=resolved.policy)
     store = _cache.resolve(session.cache)
-    key = store.key_for(op_graph, target, flags, policy_key) if store is not None else None
-    hit = store.get(key) if store is not None else None
-    if hit is not None:   # NOTE: a hit skips lowering and the compiler (neither is imported)
-        if kc_key is not None:
-            kernel_cache.put(kc_key, hit)
-        return IreeExecutionContext(hit.vmfb, hit.abi, target, tensors_from_abi(hit.abi),
-                                    dispatch_count=hit.dispatch_count, mlir=hit.mlir, compile_flags=hit.flags,
-                                    compiler_version=hit.compiler_version or _cache.compiler_version_string(),
-                                    policy=resolved.policy)
-    from hipdnn_iree.plugins.iree_linalg.compile import compile_mlir, compiler_version, find_compiler
-    find_compiler()   # NOT_SUPPORTED naming iree-base-compiler when it is missing (lowering verifies with it)
-    lowered = lower(desc, op_graph, resolved, refusal=refusal, shape_spec=spec, specialize=special)
+    if store is None:
+        from hipdnn_iree.plugins.iree_linalg.compile import find_compiler
+        find_compiler()   # NOT_SUPPORTED naming iree-base-compiler when it is missing (lowering verifies with it)
+        lowered = lower(desc, op_graph, resolved, refusal=refusal, shape_spec=spec, specialize=special)
+        key = None
+    else:
+        # NOTE: the key is the MLIR text: lower first (pure Python, no compiler), verify only on a miss
+        lowered = lower(desc, op_graph, resolved, verify=False, refusal=refusal, shape_spec=spec, specialize=special)
+        key = store.key_for(lowered.mlir, target, flags)
+        hit = store.get(key)
+        if hit is not None:   # NOTE: a hit skips the compiler (it is not imported)
+            if kc_key is not None:
+                kernel_cache.put(kc_key, hit)
+            return IreeExecutionContext(hit.vmfb, hit.abi, target, tensors_from_abi(hit.abi),
+                                        dispatch_count=hit.dispatch_count, mlir=hit.mlir, compile_flags=hit.flags,
+                                        compiler_version=hit.compiler_version or _cache.compiler_version_string(),
+                                        policy=resolved.policy)
+        from hipdnn_iree.plugins.iree_linalg.compile import find_compiler
+        find_compiler()
+        # NOTE: the same lowering again, verified (iree.compiler.ir): deterministic, so the same text
+        lowered = lower(desc, op_graph, resolved, refusal=refusal, shape_spec=spec, specialize=special)
+    from hipdnn_iree.plugins.iree_linalg.compile import compile_mlir, compiler_version
     compiled = compile_mlir(lowered.mlir, target, flags)
     ctx = IreeExecutionContext(compiled.vmfb, lowered.abi, target, tensors_from_abi(lowered.abi),
                                dispatch_count=compiled.dispatch_count, mlir=lowered.mlir,

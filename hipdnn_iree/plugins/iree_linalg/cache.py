@@ -1,11 +1,15 @@
 """Persistent compile cache: a compiled ``.vmfb`` is reused across processes.
 
-Building a graph whose module is already in the cache skips lowering and the IREE
-compiler. Entries are keyed by SHA-256 over everything that changes the output: the
-canonical graph FlatBuffer bytes, the target string, the full compiler flag list, the
-IREE compiler version (and revision), the hipdnn-iree version and a digest of the code
-that turns a graph into a module (the ``lowering`` package and the IREE engine), so an
-edited lowering never serves stale modules from a development checkout.
+Building a graph whose module is already in the cache skips the IREE compiler (the graph is
+lowered first: lowering is pure Python, about a millisecond for a small graph, and its text is
+the key). Entries are keyed by SHA-256 over what the compiler is given and what reads its
+output: the emitted MLIR text (the graph, the lowering policy, the shape spec and the module ABI
+all show in it), the target string, the full compiler flag list (a flag that names a file, such
+as a transform-dialect spec, enters as the SHA-256 of that file's content, never its path), the
+IREE compiler's identity (version and revision), the module ABI version
+(``lowering.abi.ABI_FORMAT_VERSION``) and this cache's entry format (``ENTRY_FORMAT``). No path,
+temporary folder or source-file digest is part of a key, so an edited lowering gets new keys
+exactly when its output changes.
 
 Settings (read at each build):
 
@@ -65,7 +69,7 @@ MAGIC = b"HDICACHE"
 ENTRY_FORMAT = 1
 SUFFIX = ".hdc"
 _HEADER = struct.Struct("<8sHHIQ32s")
-_KEY_DOMAIN = b"hipdnn-iree compile cache key v1\0"
+_KEY_DOMAIN = b"hipdnn-iree compile cache key v2\0"   # v2: keyed by the MLIR text (v1: graph bytes + code digest)
 _STALE_TMP_S = 3600.0
 _LOG = logging.getLogger("hipdnn_iree.cache")
 
@@ -100,22 +104,49 @@ STATS = CacheStats()
 
 
 # -- key ---------------------------------------------------------------------------------
-def cache_key(op_graph: bytes, target: str, flags, compiler_version: str, package_version: str,
-              code_digest: str = "", policy: str = "") -> str:
-    """The entry key: hex SHA-256 over the length-prefixed parts (pure; no I/O).
+def cache_key(mlir: str, target: str, flags, compiler_identity: str, abi_version: int,
+              entry_format: int = ENTRY_FORMAT) -> str:
+    """The entry key: hex SHA-256 over the length-prefixed parts (pure; no I/O). ``flags``: as
+    :func:`key_flags` gives them (no file paths).
 
     Example:
-        >>> k = cache_key(b"graph", "llvm-cpu:host", ["--a"], "3.13.0", "0.1.0")
-        >>> k != cache_key(b"graph", "llvm-cpu:znver3", ["--a"], "3.13.0", "0.1.0")
+        >>> k = cache_key("module {}", "llvm-cpu:host", ["--a"], "3.13.0", 1)
+        >>> k != cache_key("module {}", "llvm-cpu:znver3", ["--a"], "3.13.0", 1)
         True
     """
     h = hashlib.sha256(_KEY_DOMAIN)
-    for part in (bytes(op_graph), str(target).encode(), json.dumps([str(f) for f in flags]).encode(),
-                 str(compiler_version).encode(), str(package_version).encode(), str(code_digest).encode(),
-                 str(policy).encode()):
+    for part in (str(mlir).encode("utf-8"), str(target).encode(), json.dumps([str(f) for f in flags]).encode(),
+                 str(compiler_identity).encode(), str(int(abi_version)).encode(), str(int(entry_format)).encode()):
         h.update(struct.pack("<Q", len(part)))
         h.update(part)
     return h.hexdigest()
+
+
+_FILE_FLAG = re.compile(r"^(--[\w.-]+=)([^@]+)(@.*)?$")
+
+
+def key_flags(flags) -> tuple[str, ...]:
+    """``flags`` as they enter a key: a flag whose value is an absolute path of a file (``--x=/p`` or
+    ``--x=/p@symbol``: a transform-dialect library, a tuning spec) has the path replaced by
+    ``sha256:<hex of the file's content>``, so where the file was written (a temporary folder)
+    never changes a key and a change of its content always does."""
+    out = []
+    for f in flags:
+        f = str(f)
+        m = _FILE_FLAG.match(f)
+        if m and os.path.isabs(m.group(2)) and os.path.isfile(m.group(2)):
+            out.append(f"{m.group(1)}sha256:{_file_sha256(m.group(2))}{m.group(3) or ''}")
+        else:
+            out.append(f)
+    return tuple(out)
+
+
+def _file_sha256(path: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except OSError:
+        return "unreadable:" + path   # NOTE: the compile then fails on it too
 
 
 @functools.lru_cache(maxsize=1)
@@ -151,29 +182,6 @@ def compiler_version_string() -> str:
     """``iree.compiler.version.VERSION`` as the compile path reports it (no import)."""
     m = re.search(r"VERSION=(\S+)", compiler_identity())
     return m.group(1) if m else ""
-
-
-@functools.lru_cache(maxsize=1)
-def code_digest() -> str:
-    """SHA-256 of the sources that turn graph bytes into a module (lowering + IREE engine)."""
-    import lowering
-    files = []
-    root = os.path.dirname(os.path.abspath(lowering.__file__))
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        files += [os.path.join(dirpath, f) for f in filenames if f.endswith(".py")]
-    engine = os.path.dirname(os.path.abspath(__file__))   # NOTE: this package, without importing it
-    files += [os.path.join(engine, f) for f in sorted(os.listdir(engine)) if f.endswith(".py")]
-    h = hashlib.sha256()
-    for path in sorted(files):
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        rel = os.path.relpath(path, os.path.dirname(root)).replace(os.sep, "/").encode()
-        h.update(struct.pack("<Q", len(rel)) + rel + struct.pack("<Q", len(data)) + data)
-    return h.hexdigest()
 
 
 # -- settings ----------------------------------------------------------------------------
@@ -246,12 +254,12 @@ class CompileCache:
     max_bytes: int = DEFAULT_MAX_BYTES
     _warned: bool = field(default=False, repr=False)
 
-    def key_for(self, op_graph: bytes, target, extra_flags=(), policy: str = "") -> str:
-        """The key of a build of ``op_graph`` for ``target`` (a ``Target``) with ``extra_flags`` under the
-        lowering ``policy`` (``LoweringPolicy.to_json()``): every input of the module."""
-        from hipdnn_iree.plugin_sdk.version import __version__
-        flags = tuple(target.compile_flags()) + tuple(extra_flags)
-        return cache_key(op_graph, str(target), flags, compiler_identity(), __version__, code_digest(), policy)
+    def key_for(self, mlir: str, target, extra_flags=()) -> str:
+        """The key of compiling ``mlir`` (the lowering's text) for ``target`` (a ``Target``) with
+        ``extra_flags`` after the target's own: every input of the module."""
+        from lowering.abi import ABI_FORMAT_VERSION
+        flags = key_flags(tuple(target.compile_flags()) + tuple(extra_flags))
+        return cache_key(mlir, str(target), flags, compiler_identity(), ABI_FORMAT_VERSION)
 
     def path_of(self, key: str) -> str:
         if not re.fullmatch(r"[0-9a-f]{64}", key):

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 
 from hipdnn_iree.plugin_sdk.errors import to_hipdnn
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
+from hipdnn_iree.plugins.iree_linalg.context import check_abi_version
+from lowering.abi import ENTRY_POINT, REFLECTION_KEY
 
-ABI_KEY = "hipdnn_iree.abi"
 DECLARATION_KEY = "iree.abi.declaration"
 _TARGET_RE = re.compile(rb'#hal\.executable\.target<"([\w.-]+)", "([\w.-]+)"(?:, \{(.{0,4096}?)\})?>', re.S)
 _ATTR_RE = re.compile(rb'\b(cpu|arch|target_triple) = "([^"]*)"')
@@ -33,7 +34,7 @@ class PlanInfo:
     engine_name: str
     fusplan: object = None                  # plugins._fusplan.Fusplan (IREE engine plans)
     vmfb: bytes = b""
-    entry: str = "main"
+    entry: str = ENTRY_POINT
     functions: list[str] = field(default_factory=list)
     abi: dict = field(default_factory=dict)
     declaration: str = ""
@@ -209,15 +210,16 @@ def _read_module(info: PlanInfo) -> None:
                                                f"(functions: {info.functions})")
     info.reflection = refl
     info.declaration = str(refl.get(DECLARATION_KEY, ""))
-    if ABI_KEY not in refl:
+    if REFLECTION_KEY not in refl:
         raise HipdnnError(Status.PLUGIN_ERROR, "plan module has no hipdnn_iree ABI reflection: it was not written "
                                                "by hipdnn-iree")
     try:
-        info.abi = json.loads(refl[ABI_KEY])
+        info.abi = json.loads(refl[REFLECTION_KEY])
         if not isinstance(info.abi, dict) or not isinstance(info.abi.get("tensors"), list):
             raise ValueError("no tensors list")
     except ValueError as e:
         raise HipdnnError(Status.PLUGIN_ERROR, f"plan module ABI reflection is malformed: {e}") from None
+    check_abi_version(info.abi)
 
 
 def _read_archive(info: PlanInfo) -> None:

@@ -16,15 +16,13 @@ from hipdnn_iree.plugin_sdk.errors import to_hipdnn
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.plugin_sdk.version import __version__
 from hipdnn_iree.plugins.iree_linalg import fusplan as _fusplan
-from hipdnn_iree.plugins.iree_linalg.context import IreeExecutionContext, tensors_from_abi
+from hipdnn_iree.plugins.iree_linalg.context import ENGINE_NAME, IreeExecutionContext, check_abi_version, tensors_from_abi
 from hipdnn_iree.plugins.iree_linalg.session import IreeSession
 from hipdnn_iree.plugins.iree_linalg.targets import check_runs_on, parse_target
+from lowering.abi import ENTRY_POINT, GRAPH_KEY, REFLECTION_KEY  # GRAPH_KEY: base64 of the op graph FlatBuffer
 
-ENGINE_NAME = "IREE_LINALG"
 IREE_ENGINE_ID = engine_id_from_name(ENGINE_NAME)
 PLUGIN_NAME = "hipdnn_iree.iree_linalg"
-REFLECTION_KEY = "hipdnn_iree.abi"
-GRAPH_KEY = "hipdnn_iree.graph"   # base64 of the op graph FlatBuffer (lowering/_lower.py)
 DEVICES = {"llvm-cpu": "local", "rocm": "hip", "cuda": "cuda"}
 
 
@@ -250,7 +248,7 @@ def restore(session: IreeSession, serialized, plan_info=None) -> IreeExecutionCo
             in_place = True
         else:
             module = rt().VmModule.copy_buffer(instance(), body)
-        fn = module.lookup_function("main")
+        fn = module.lookup_function(ENTRY_POINT)
         refl = dict(fn.reflection) if fn is not None else {}
     except Exception as e:
         raise HipdnnError(Status.PLUGIN_ERROR,
@@ -260,6 +258,10 @@ def restore(session: IreeSession, serialized, plan_info=None) -> IreeExecutionCo
                                                "written by hipdnn-iree")
     try:
         abi = json.loads(refl[REFLECTION_KEY])
+    except (ValueError, TypeError) as e:
+        raise HipdnnError(Status.PLUGIN_ERROR, f"plan module ABI reflection is malformed: {e}") from None
+    check_abi_version(abi)   # NOTE: before anything else of the ABI is read: its layout is the version's
+    try:
         target = parse_target(abi["target"])
     except (ValueError, KeyError, TypeError, HipdnnError) as e:
         raise HipdnnError(Status.PLUGIN_ERROR, f"plan module ABI reflection is malformed: {e}") from None

@@ -1,7 +1,6 @@
 """Running a plan: binding the caller's buffers to the module's arguments, then invoking it."""
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, replace
 
@@ -16,8 +15,8 @@ from hipdnn_iree.plugins.iree_linalg.context import IreeExecutionContext
 # Imported buffer views are reused when a call passes the very same buffers again (same address,
 # shape, strides, dtype): repeated execution skips the checks and the imports. The cache keeps
 # those buffers alive (at most _VIEW_CACHE_SIZE per plan) until the plan is released.
-# HIPDNN_IREE_VIEW_CACHE=0 turns it off.
-_VIEW_CACHE = os.environ.get("HIPDNN_IREE_VIEW_CACHE", "1") != "0"
+# HIPDNN_IREE_VIEW_CACHE=0 turns it off: read once per handle, when its session is made
+# (session.py ``view_cache``), and kept on each context the session loads (``ctx.reuse_views``).
 _VIEW_CACHE_SIZE = 64
 
 
@@ -143,7 +142,7 @@ def execute(ctx: IreeExecutionContext, variant_pack: dict, overrides=None) -> No
                           "handle with a device to execute")
     if ctx.override:
         return _execute_override(ctx, mod, variant_pack, overrides)
-    if not _VIEW_CACHE:
+    if not ctx.reuse_views:
         return _run(ctx, mod, _bind(ctx, mod, variant_pack), variant_pack)
     cache = ctx.view_cache
     key = _pack_key(variant_pack)
@@ -167,7 +166,7 @@ def _execute_override(ctx: IreeExecutionContext, mod, variant_pack: dict, overri
     # NOTE: per call (a bound pack is remembered): no import here, no sort without overrides
     okey = tuple(sorted((u, tuple(d), None if s is None else tuple(s)) for u, (d, s) in overrides.items())) \
         if overrides else ()
-    key = _pack_key(variant_pack) if _VIEW_CACHE else None
+    key = _pack_key(variant_pack) if ctx.reuse_views else None
     key = None if key is None else (key, okey)
     bound = ctx.view_cache.get(key) if key is not None else None
     if bound is None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lowering.abi import ENTRY_POINT
+
 from hipdnn_iree.plugin_sdk.contract import SessionSettings
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.plugins.iree_linalg.targets import Target, check_runs_on, default_target_for, parse_target
@@ -25,6 +27,8 @@ class IreeSession:
         targets: every target a build compiles (several: one plan, FUSPLAN kind 3).
         cache: the compile cache setting (``cache.resolve``).
         compile_flags: extra flags after every other (tests and experiments; part of the cache key).
+        view_cache: reuse bound buffer views across calls (run.py); ``HIPDNN_IREE_VIEW_CACHE=0``
+            turns it off, read when the session is made.
     """
 
     device_uri: str | None
@@ -32,6 +36,7 @@ class IreeSession:
     targets: tuple = ()
     cache: object = None
     compile_flags: tuple = field(default_factory=tuple)
+    view_cache: bool = True
     # graph bytes -> GraphDesc (frozen, safe to share), newest last; see build.decode
     decoded_graphs: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -46,11 +51,12 @@ class IreeSession:
 
     def load(self, ctx) -> None:
         """Loads ``ctx``'s module on the session's device (nothing on a compile-only handle)."""
+        ctx.reuse_views = self.view_cache
         if self.device_uri is None:
             return
         from hipdnn_iree.plugins.iree_linalg.runtime import LoadedModule
         check_runs_on(ctx.target, self.device_uri)
-        ctx.module = LoadedModule(ctx.vmfb, self.device_uri, ctx.abi.get("entry", "main"), module=ctx.vm_module)
+        ctx.module = LoadedModule(ctx.vmfb, self.device_uri, ctx.abi.get("entry", ENTRY_POINT), module=ctx.vm_module)
 
 
 def create_session(settings: SessionSettings) -> IreeSession:
@@ -81,4 +87,13 @@ def create_session(settings: SessionSettings) -> IreeSession:
     flags = tuple(settings.compile_flags or ())
     if not all(isinstance(f, str) and f for f in flags):
         raise HipdnnError(Status.BAD_PARAM, f"compile flags must be non-empty strings, got {list(flags)!r}")
-    return IreeSession(device, primary, tuple(parsed), settings.cache, flags)
+    return IreeSession(device, primary, tuple(parsed), settings.cache, flags, view_cache=view_cache_enabled())
+
+
+VIEW_CACHE_ENV = "HIPDNN_IREE_VIEW_CACHE"
+
+
+def view_cache_enabled() -> bool:
+    """``HIPDNN_IREE_VIEW_CACHE`` now: any value but ``0`` (or unset) keeps the view cache on."""
+    import os
+    return os.environ.get(VIEW_CACHE_ENV, "1").strip() != "0"
