@@ -210,9 +210,9 @@ class PlanMethods:
     def _notes(self, eid: int) -> list:
         rm = self._hd._handle.resource_manager
         plugin = rm.plugin_for(eid)
-        # NOTE: an engine that compiles source at build time (IREE's, which has source_text) is
+        # NOTE: an engine that compiles source at build time (IREE's, which declares source_text) is
         # cuDNN's RUNTIME_COMPILATION; the numpy reference compiles nothing
-        return [E.behavior_note.RUNTIME_COMPILATION] if callable(getattr(plugin, "source_text", None)) else []
+        return [E.behavior_note.RUNTIME_COMPILATION] if rm.has(plugin, "source_text") else []
 
     @_translate
     def get_behavior_notes_for_plan_at_index(self, index):
