@@ -76,7 +76,7 @@ def _append(sink, path: str, a: dict, mlir: str | None, err: Exception | None) -
     rec = {"graph": None if gbytes is None else base64.b64encode(bytes(gbytes)).decode("ascii"), "desc": None}
     # NOTE: the GraphDesc lowered need not be the bytes' decoding (the engine passes both): where its
     # encoding differs from the bytes it is stored too, and replayed (no decode here: a recorded build
-    # must decode its graph as often as an unrecorded one, tests/test_needless_work.py)
+    # must decode its graph as often as an unrecorded one, tests/test_main_path_call_counts.py)
     try:
         enc = encode_graph(graph)
         if gbytes is None or enc != bytes(gbytes):

@@ -127,8 +127,8 @@ def _with_newer_node_type(graph: bytes) -> bytes:
 
 
 def _kind1_plan(graph: bytes, uids=(0, 1, 2)) -> bytes:
-    """A stored plan whose payload is FUSPLAN kind 1 holding ``graph`` (as tests/test_kind1.py)."""
-    from test_kind1 import _fusilli_plan
+    """A stored plan whose payload is FUSPLAN kind 1 holding ``graph`` (as tests/test_hipdnn_graph_payload.py)."""
+    from test_hipdnn_graph_payload import _fusilli_plan
     return _fusilli_plan(graph, uids)
 
 

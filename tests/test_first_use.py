@@ -1,5 +1,5 @@
-"""What a new user ran into (issue 9), one test (or more) per defect. Item 4 (no raw exceptions
-from bad arguments) is audited in test_public_errors.py."""
+"""First use: what a new user meets on a fresh install (import, handles, errors, files), one test
+(or more) per behaviour. That bad arguments raise no raw exceptions is audited in test_public_errors.py."""
 import os
 import stat
 import subprocess

@@ -1,4 +1,4 @@
-"""Issue 19 item 5: no needless work on the main path (counts of real calls, no mocks)."""
+"""No needless work on the main path (counts of real calls, no mocks)."""
 import os
 import sys
 
