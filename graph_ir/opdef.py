@@ -49,6 +49,9 @@ class OpDef:
     facade_methods: tuple[str, ...] = ()
     traits: frozenset = frozenset()
     supported: bool = True
+    # (output field, input field) pairs: an output whose strides the caller left unset takes the
+    # first such input's stride order (hd.Graph's validate); matmul's outputs stay row-major
+    stride_order_from: tuple = ()
 
     def __post_init__(self):
         name = self.kind.name

@@ -48,10 +48,8 @@ def test_an_unknown_origin_is_a_programming_error():
 
 # -- (b) no other place builds a status from a GraphError --------------------------------------
 TABLE = os.path.join("hipdnn_iree", "plugin_sdk", "errors.py")
-# NOTE: frontend/ops/ is being rewritten (the per-op frontend methods move onto graph_ir's op
-# definitions); its handlers report through its own ``bad()`` helper for now, which builds a
-# BAD_PARAM HipdnnError. Drop this exception once that rewrite routes them through to_hipdnn.
-EXEMPT_FOLDERS = (os.path.join("hipdnn_iree", "frontend", "ops") + os.sep,)
+# No folder is exempt: frontend/ops/ routes its GraphErrors through to_hipdnn too.
+EXEMPT_FOLDERS = ()
 
 
 def _names_graph_error(t) -> bool:

@@ -26,4 +26,5 @@ def dynamic(f: Facts, node):
 
 OPDEF = register(OpDef(OpKind.BATCHNORM_INFERENCE, BatchnormInferenceAttrs, infer, dynamic,
                        frontend_method="batchnorm_inference", facade_methods=("batchnorm_inference",),
-                       traits=frozenset({"normalization"})))
+                       traits=frozenset({"normalization"}),
+                       stride_order_from=(("y_uid", "x_uid"),)))

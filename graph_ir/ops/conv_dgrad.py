@@ -23,4 +23,5 @@ def infer(node, dims) -> dict:
 
 
 OPDEF = register(OpDef(OpKind.CONV_DGRAD, ConvDgradAttrs, infer, dynamic, frontend_method="conv_dgrad",
-                       facade_methods=("conv_dgrad",), traits=frozenset({"conv", "conv_dgrad"})))
+                       facade_methods=("conv_dgrad",), traits=frozenset({"conv", "conv_dgrad"}),
+                       stride_order_from=(("x_uid", "y_uid"),)))

@@ -14,4 +14,5 @@ def infer(node, dims) -> dict:
 
 
 OPDEF = register(OpDef(OpKind.CONV_FPROP, ConvFpropAttrs, infer, dynamic, frontend_method="conv_fprop",
-                       facade_methods=("conv_fprop",), traits=frozenset({"conv", "conv_fprop"})))
+                       facade_methods=("conv_fprop",), traits=frozenset({"conv", "conv_fprop"}),
+                       stride_order_from=(("y_uid", "x_uid"),)))

@@ -23,4 +23,5 @@ def infer(node, dims) -> dict:
 
 
 OPDEF = register(OpDef(OpKind.CONV_WGRAD, ConvWgradAttrs, infer, dynamic, frontend_method="conv_wgrad",
-                       facade_methods=("conv_wgrad",), traits=frozenset({"conv", "conv_wgrad"})))
+                       facade_methods=("conv_wgrad",), traits=frozenset({"conv", "conv_wgrad"}),
+                       stride_order_from=(("w_uid", "x_uid"),)))

@@ -11,4 +11,5 @@ def infer(node, dims) -> dict:
 
 
 OPDEF = register(OpDef(OpKind.LAYERNORM, LayernormAttrs, infer, dynamic_rownorm, frontend_method="layernorm",
-                       facade_methods=("layernorm",), traits=frozenset({"normalization"})))
+                       facade_methods=("layernorm",), traits=frozenset({"normalization"}),
+                       stride_order_from=(("y_uid", "x_uid"), ("mean_uid", "x_uid"), ("inv_variance_uid", "x_uid"))))

@@ -95,4 +95,6 @@ _FACADE = (   # cudnn.pygraph's methods that add one pointwise node (hipdnn_iree
 )
 
 OPDEF = register(OpDef(OpKind.POINTWISE, PointwiseAttrs, infer, dynamic, frontend_method="pointwise",
-                       facade_methods=_FACADE, traits=frozenset({"elementwise"})))
+                       facade_methods=_FACADE, traits=frozenset({"elementwise"}),
+                       stride_order_from=(("out_0_uid", "in_0_uid"), ("out_0_uid", "in_1_uid"),
+                                          ("out_0_uid", "in_2_uid"))))

@@ -38,4 +38,5 @@ def dynamic(f: Facts, node):
 
 
 OPDEF = register(OpDef(OpKind.REDUCTION, ReductionAttrs, infer, dynamic, frontend_method="reduction",
-                       facade_methods=("reduction",), traits=frozenset({"reduction"})))
+                       facade_methods=("reduction",), traits=frozenset({"reduction"}),
+                       stride_order_from=(("y_uid", "x_uid"),)))

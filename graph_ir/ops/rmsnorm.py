@@ -11,4 +11,5 @@ def infer(node, dims) -> dict:
 
 
 OPDEF = register(OpDef(OpKind.RMSNORM, RmsnormAttrs, infer, dynamic_rownorm, frontend_method="rmsnorm",
-                       facade_methods=("rmsnorm",), traits=frozenset({"normalization"})))
+                       facade_methods=("rmsnorm",), traits=frozenset({"normalization"}),
+                       stride_order_from=(("y_uid", "x_uid"), ("inv_rms_uid", "x_uid"))))

@@ -128,4 +128,5 @@ def dynamic(f: Facts, node):
 
 OPDEF = register(OpDef(OpKind.SDPA, SdpaAttrs, infer, dynamic, frontend_method="sdpa",
                        facade_methods=("sdpa", "scaled_dot_product_flash_attention"),
-                       traits=frozenset({"attention"})))
+                       traits=frozenset({"attention"}),
+                       stride_order_from=(("o_uid", "q_uid"),)))

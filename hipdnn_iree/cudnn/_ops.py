@@ -31,12 +31,10 @@ _BACKWARD = {"tanh_backward": "TANH_BWD", "sigmoid_backward": "SIGMOID_BWD", "el
 class OpMethods:
     """The op methods of ``pygraph`` (its state lives in pygraph.__init__)."""
 
-
     def _channels_last(self, hdt):
         """cuDNN's default for conv and reduction outputs left unset: packed channels-last (hd.Graph
         infers them in graph order at validate, virtual tensors included)."""
-        hdt._layout_hint = "channels_last"
-        return self._wrap(hdt)
+        return self._wrap(hdt._prefer_channels_last())
 
     def _wrap(self, hdt):
         if hdt is None:

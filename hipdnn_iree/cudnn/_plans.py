@@ -49,7 +49,7 @@ class PlanMethods:
             self.build_operation_graph()
         self._hd.create_execution_plans(hd_modes)
         if self._deselected:
-            self._hd._plans = [p for p in self._hd._plans if p.config.engine_id not in self._deselected]
+            self._hd._drop_plans_of(self._deselected)
         self._cudnn_numerics()
         return self
 
@@ -284,8 +284,7 @@ class PlanMethods:
         for (t, c), v in zip(self._eps, baked):
             if not math.isfinite(v):
                 raise HipdnnError(Status.BAD_PARAM, f"pass-by-value tensor '{t.get_name()}': value {v} is not finite")
-            self._hd._check_mutable()
-            c._value = float(v)
+            c._set_constant(float(v))
         heur, policy = self._heur, self._policy or E.HD_POLICY.HEURISTICS_CHOICE
         self.validate()
         self._hd.build_operation_graph(self._hd_handle())

@@ -20,23 +20,13 @@ from hipdnn_iree.plugin_sdk.types import DataType, NormFwdPhase, PointwiseMode, 
 from graph_ir.desc import (ABSENT, ATTRS_BY_KIND, GraphDesc, GraphError, NodeDesc, OpKind, TensorDesc,
                                encode_graph)
 from graph_ir.layout import packed_strides, physical_layout
+from graph_ir.opdef import OPS
 
 # NOTE: no target can address more: x86-64 user space is 2**47 bytes, and GPU virtual address
 # spaces (49 bits) dwarf any device's memory. Larger tensors are refused at validate().
 MAX_TENSOR_BYTES = 2**47
 # Ops whose outputs, when the caller sets no strides, take the stride order (layout) of an input, as
 # cuDNN's and hipDNN's frontends infer them: op kind -> (output field, input field) pairs.
-_STRIDE_ORDER_FROM = {
-    OpKind.CONV_FPROP: (("y_uid", "x_uid"),),
-    OpKind.CONV_DGRAD: (("x_uid", "y_uid"),),     # dx from dy
-    OpKind.CONV_WGRAD: (("w_uid", "x_uid"),),     # dw from x
-    OpKind.POINTWISE: (("out_0_uid", "in_0_uid"), ("out_0_uid", "in_1_uid"), ("out_0_uid", "in_2_uid")),
-    OpKind.REDUCTION: (("y_uid", "x_uid"),),
-    OpKind.BATCHNORM_INFERENCE: (("y_uid", "x_uid"),),
-    OpKind.LAYERNORM: (("y_uid", "x_uid"), ("mean_uid", "x_uid"), ("inv_variance_uid", "x_uid")),
-    OpKind.RMSNORM: (("y_uid", "x_uid"), ("inv_rms_uid", "x_uid")),
-    OpKind.SDPA: (("o_uid", "q_uid"),),
-}
 _COMPARE_OR_LOGICAL = {PointwiseMode.CMP_EQ, PointwiseMode.CMP_NEQ, PointwiseMode.CMP_GT, PointwiseMode.CMP_GE,
                        PointwiseMode.CMP_LT, PointwiseMode.CMP_LE, PointwiseMode.LOGICAL_AND,
                        PointwiseMode.LOGICAL_OR, PointwiseMode.LOGICAL_NOT}
@@ -329,6 +319,11 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
         self._desc = self._graph_desc()
         self._validated = True
         return self
+
+    def _drop_plans_of(self, engine_ids) -> None:
+        """Leaves the plans of ``engine_ids`` out of the plan list (cuDNN's deselect_engines)."""
+        if self._plans:
+            self._plans = [p for p in self._plans if p.config.engine_id not in set(engine_ids)]
 
     def _dims_now(self, t: TensorAttributes) -> list[int]:
         """``t``'s dims, inferred now when unset (as validate infers them): the facade composes ops
@@ -705,7 +700,7 @@ def _inferred_strides(n: _Node, out_field: str, dims, hint=None) -> list[int]:
     cuDNN facade's conv and reduction outputs) packs rank >= 3 outputs channels-last instead."""
     if hint == "channels_last" and len(dims) >= 3:
         return _strides_in_order(dims, [0, *range(2, len(dims)), 1])
-    for out_f, in_f in _STRIDE_ORDER_FROM.get(n.kind, ()):
+    for out_f, in_f in OPS[n.kind].stride_order_from:
         ref = n.tensors.get(in_f)
         if out_f != out_field or ref is None or ref.is_scalar() or ref._stride is None:
             continue

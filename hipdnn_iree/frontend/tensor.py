@@ -35,6 +35,19 @@ class TensorAttributes:
         if uid is not None:
             self.set_uid(uid)
 
+    def _prefer_channels_last(self) -> "TensorAttributes":
+        """Unset output strides are laid out packed channels-last at validate (cuDNN's default for
+        conv and reduction outputs; the facade asks for it)."""
+        self._layout_hint = "channels_last"
+        return self
+
+    def _set_constant(self, value: float) -> "TensorAttributes":
+        """A scalar constant's new value, while its graph is mutable (the facade bakes a
+        pass-by-value scalar's value at the first execute)."""
+        self._mutable()
+        self._value = value
+        return self
+
     # -- setters (chainable) ----------------------------------------------------
     def _mutable(self):
         self._graph._check_mutable()

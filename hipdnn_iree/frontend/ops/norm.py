@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numbers
 
-from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.frontend.tensor import TensorAttributes
 from hipdnn_iree.plugin_sdk.types import NormFwdPhase, ReductionMode, as_enum
+from hipdnn_iree.plugin_sdk.errors import to_hipdnn
 from graph_ir.desc import GraphError, OpKind
 from graph_ir.ops._norm import check_epsilon
 
@@ -131,7 +131,7 @@ class NormOps:
             try:
                 check_epsilon(float(value))
             except GraphError as e:
-                raise HipdnnError(Status.BAD_PARAM, f"{kind.name.lower()} '{name}': {e}") from None
+                raise to_hipdnn(e, "graph", f"{kind.name.lower()} '{name}': ") from None
         return name
 
 

@@ -1,8 +1,8 @@
 """Validation and output-shape inference at ``Graph.validate()``, from the op kinds' OpDefs.
 
 :func:`infer` checks the node's integer fields, runs ``graph_ir.opdef.OPS[kind].infer`` (the op's
-one shape and stride rule, shared with the emitters) and turns its ``GraphError`` into
-``HipdnnError(BAD_PARAM)`` naming the op (:func:`bad`). :func:`check_frontend` is the import-time
+one shape and stride rule, shared with the emitters) and turns its ``GraphError`` into a
+``HipdnnError`` naming the op through plugin_sdk/errors.py's table. :func:`check_frontend` is the import-time
 check that every supported OpDef's ``frontend_method`` is an ``hd.Graph`` method.
 """
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
+from hipdnn_iree.plugin_sdk.errors import to_hipdnn
 from graph_ir.desc import GraphError, NodeDesc
 from graph_ir.opdef import OPS, check_complete
 
@@ -33,13 +34,18 @@ def infer(node: NodeDesc, dims) -> dict:
     try:
         return OPS[node.kind].infer(node, dims)
     except GraphError as e:
-        raise bad(node, str(e)) from None
+        raise to_hipdnn(e, "graph", _prefix(node, str(e))) from None
+
+
+def _prefix(node: NodeDesc, message: str) -> str:
+    """The op's name before a message, unless the shape rule named it already (say it once)."""
+    prefix = f"{node.kind.name.lower()} '{node.name}': "
+    return "" if message.startswith(prefix) else prefix
 
 
 def bad(node: NodeDesc, message: str) -> HipdnnError:
-    prefix = f"{node.kind.name.lower()} '{node.name}': "
-    # NOTE: lowering's shape helpers name the op themselves; say it once.
-    return HipdnnError(Status.BAD_PARAM, message if message.startswith(prefix) else prefix + message)
+    """BAD_PARAM naming the op, for checks of the frontend's own (no GraphError involved)."""
+    return HipdnnError(Status.BAD_PARAM, _prefix(node, message) + message)
 
 
 def check_frontend(graph_cls) -> None:
