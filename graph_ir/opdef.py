@@ -52,6 +52,9 @@ class OpDef:
     # (output field, input field) pairs: an output whose strides the caller left unset takes the
     # first such input's stride order (hd.Graph's validate); matmul's outputs stay row-major
     stride_order_from: tuple = ()
+    # params -> the data type (schema value) every output of the node has whatever the graph's io
+    # type (compare and logical pointwise modes: BOOLEAN), or None: the frontend's defaults apply
+    output_type: Callable | None = None
 
     def __post_init__(self):
         name = self.kind.name

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+from graph_ir._fbs.graph_generated import DataType
 from graph_ir._fbs.graph_generated import PointwiseMode as M
 from graph_ir.desc import GraphError, OpKind, PointwiseAttrs
 from graph_ir.dynamic import BPARAM, BTOKEN, FIXED, PPARAM, PTOKEN, Facts, right_aligned
@@ -94,7 +95,17 @@ _FACADE = (   # cudnn.pygraph's methods that add one pointwise node (hipdnn_iree
     'swish_backward',
 )
 
+_BOOLEAN_OUT = frozenset((M.CMP_EQ, M.CMP_NEQ, M.CMP_GT, M.CMP_GE, M.CMP_LT, M.CMP_LE, M.LOGICAL_AND,
+                          M.LOGICAL_OR, M.LOGICAL_NOT))
+
+
+def output_type(params) -> int | None:
+    """BOOLEAN for the compare and logical modes, else None (the frontend's defaults)."""
+    return DataType.BOOLEAN if params.get("operation") in _BOOLEAN_OUT else None
+
+
 OPDEF = register(OpDef(OpKind.POINTWISE, PointwiseAttrs, infer, dynamic, frontend_method="pointwise",
                        facade_methods=_FACADE, traits=frozenset({"elementwise"}),
                        stride_order_from=(("out_0_uid", "in_0_uid"), ("out_0_uid", "in_1_uid"),
-                                          ("out_0_uid", "in_2_uid"))))
+                                          ("out_0_uid", "in_2_uid")),
+                       output_type=output_type))

@@ -25,14 +25,6 @@ from graph_ir.opdef import OPS
 # NOTE: no target can address more: x86-64 user space is 2**47 bytes, and GPU virtual address
 # spaces (49 bits) dwarf any device's memory. Larger tensors are refused at validate().
 MAX_TENSOR_BYTES = 2**47
-# Ops whose outputs, when the caller sets no strides, take the stride order (layout) of an input, as
-# cuDNN's and hipDNN's frontends infer them: op kind -> (output field, input field) pairs.
-_COMPARE_OR_LOGICAL = {PointwiseMode.CMP_EQ, PointwiseMode.CMP_NEQ, PointwiseMode.CMP_GT, PointwiseMode.CMP_GE,
-                       PointwiseMode.CMP_LT, PointwiseMode.CMP_LE, PointwiseMode.LOGICAL_AND,
-                       PointwiseMode.LOGICAL_OR, PointwiseMode.LOGICAL_NOT}
-
-
-
 
 
 class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
@@ -343,8 +335,9 @@ class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
         return dims
 
     def _default_out_type(self, n: _Node, t: TensorAttributes) -> DataType:
-        if n.kind == OpKind.POINTWISE and PointwiseMode(n.params["operation"]) in _COMPARE_OR_LOGICAL:
-            return DataType.BOOLEAN
+        fixed = OPS[n.kind].output_type
+        if fixed is not None and fixed(n.params) is not None:
+            return DataType(fixed(n.params))
         if t._is_virtual:
             return self.intermediate_data_type if self.intermediate_data_type != DataType.NOT_SET else DataType.FLOAT
         if self.io_data_type != DataType.NOT_SET:
