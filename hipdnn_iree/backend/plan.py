@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from hipdnn_iree.backend import envelope as _envelope
 from hipdnn_iree.backend.handle import Handle, engine_name, plugin_name
+from hipdnn_iree.backend.engines import call_plugin
 from hipdnn_iree.plugin_sdk.engine_config import EngineConfig
 from hipdnn_iree.plugin_sdk.engine_ids import engine_id_from_name
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
@@ -112,11 +113,12 @@ class ExecutionPlanDescriptor:
         if check or self.self_check_error is not None:
             from hipdnn_iree.backend import selfcheck as _selfcheck
             _selfcheck.before_execute(self)
-        rm = self.handle.resource_manager
+        # NOTE: per-call cost: execute_op_graph takes no session, so the one wrapper is called directly
         if self.override_enabled:
-            rm.call(self.plugin, "execute_op_graph", self.context, variant_pack, workspace, overrides=overrides or {})
+            call_plugin(self.plugin, "execute_op_graph", self.context, variant_pack, workspace,
+                        overrides=overrides or {})
         else:
-            rm.call(self.plugin, "execute_op_graph", self.context, variant_pack, workspace)
+            call_plugin(self.plugin, "execute_op_graph", self.context, variant_pack, workspace)
         if check:
             _selfcheck.after_execute(self, variant_pack)
 
