@@ -166,7 +166,7 @@ def test_cudnn_side_by_side_compiles_plans_and_runs_on_the_cpu(tmp_path, monkeyp
             assert {b["role"] for b in st["bind"]} == {"in", "out"}
             assert len({b["uid"] for b in st["bind"]}) == len(st["bind"])
     assert man["plan_bytes"] == sum(st["bytes"] for c in man["cases"] for st in c["stages"])
-    # the nine op cases and the three blocks, shapes as issue 27 gives them
+    # the nine op cases and the three blocks
     full = {c.name: c for c in sbs.all_cases()}
     assert len([c for c in full.values() if c.group == "op"]) == 9 and len(full) == 12
     assert full["sdpa_causal_bf16"].shape == "B2 H32 S2048 D128 causal BHSD"

@@ -1,5 +1,5 @@
 """Bounded plan reads, restores that survive their file being rewritten, and plan bytes in any
-contiguous buffer (issue 18, items 2, 3 and 6). Real files, pipes, devices and child processes."""
+contiguous buffer. Real files, pipes, devices and child processes."""
 import os
 import resource
 import signal

@@ -254,7 +254,7 @@ def test_compile_errors(files, tmp_path, case, code, words):
     assert not (tmp_path / "x.plan").exists()
 
 
-# -- issue 18, item 8: cache folders that are files, kind-1 bench target, --json on run and cache ----
+# -- cache folders that are files, kind-1 bench target, --json on run and cache ----
 
 @pytest.mark.parametrize("action", ["info", "clear"])
 def test_cache_refuses_a_file_as_its_folder(tmp_path, action):

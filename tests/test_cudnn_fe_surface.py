@@ -1,4 +1,4 @@
-"""The cuDNN FE surface cuDNN FE's own tests use (issue 32): training norms composed from
+"""The cuDNN FE surface cuDNN FE's own tests use: training norms composed from
 pointwise and reduction nodes, checked against torch autograd in float64 on random data; the
 module attributes, plan-list methods, graph_cache, deviceless compiles, pass-by-value host
 scalars, raw pointers and in-place outputs; and benchmarks/cudnn_fe_tests.py on a small folder

@@ -1,4 +1,4 @@
-"""Dead code stays out (issue 18, item 18): no condition made constant by a literal operand, and
+"""Dead code stays out: no condition made constant by a literal operand, and
 the helpers nothing called are gone (grep and vulture found no caller)."""
 import ast
 import importlib

@@ -1,4 +1,4 @@
-"""One module for every shape (issue 20): each op family is built at one shape, lowered with
+"""One module for every shape: each op family is built at one shape, lowered with
 analyze()'s spec, compiled ONCE with the real IREE compiler (llvm-cpu), and run with the real IREE
 runtime at three shapes per varying dim (1, a non-power of two, the built one), compared with the
 NUMPY_REFERENCE engine on a static graph built at that shape. Static lowering (no spec) is checked

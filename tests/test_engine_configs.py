@@ -1,5 +1,5 @@
 """Engine configs, knobs, the lowering policy in the compile cache key, sessions, autotuning and the
-tuning database (issue 19), on the CPU with the real IREE compiler and runtime."""
+tuning database, on the CPU with the real IREE compiler and runtime."""
 import ast
 import json
 import os

@@ -1,5 +1,5 @@
 """Plans written now against readers and writers that flatc generates from each public variant of
-hipDNN's envelope schema (tests/data/hipdnn_envelope_*.fbs), in both directions (issue 11)."""
+hipDNN's envelope schema (tests/data/hipdnn_envelope_*.fbs), in both directions."""
 import importlib.util
 import os
 import subprocess

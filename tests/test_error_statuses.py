@@ -1,4 +1,4 @@
-"""GraphError -> hipDNN status: one table, by origin (issue 28 item 4).
+"""GraphError -> hipDNN status: one table, by origin.
 
 ``hipdnn_iree/plugin_sdk/errors.py`` holds the table; every ``except GraphError`` that reports a
 status goes through its ``to_hipdnn`` (checked here by reading the source with ``ast``), and the

@@ -78,7 +78,7 @@ def test_memory_order_buffers_are_accepted_flat_ones_refused(built, rng):
     p[3] = c
     g.execute(h, p)
     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
-    # NOTE: a buffer with only the right element count is refused (issue 9): it hides transpositions
+    # NOTE: a buffer with only the right element count is refused: it hides transpositions
     raises(S.BAD_PARAM, lambda: g.execute(h, {**p, 2: p[2].reshape(-1)}), match="matches neither")
     raises(S.BAD_PARAM, lambda: g.execute(h, {**p, 3: np.zeros(20, np.float32)}), match="matches neither")
 

@@ -66,7 +66,7 @@ def conv_fprop_dgrad_wgrad():
 
 
 # graph -> dispatches IREE 3.13 produces for llvm-cpu (measured; a change here is a fusion change)
-# Issue 10: conv_fprop's filter relayout runs in a dispatch of its own on the CPU (+1 per conv), and
+# conv_fprop's filter relayout runs in a dispatch of its own on the CPU (+1 per conv), and
 # f32 graphs compile with data tiling (matmul operands packed in dispatches of their own).
 FUSED = [
     (conv_bias_relu, 3),

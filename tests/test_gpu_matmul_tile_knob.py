@@ -1,4 +1,4 @@
-"""The GPU_MATMUL_TILE knob (issue 19, item 7): a transform-dialect tuning spec that sets the workgroup
+"""The GPU_MATMUL_TILE knob: a transform-dialect tuning spec that sets the workgroup
 tile of matmul dispatches on GPUs. Compiled here for cuda:sm_80 with the real IREE compiler (no GPU
 needed to compile); its speed and outputs are measured on the H200 by benchmarks/autotune_gpu.py."""
 import os

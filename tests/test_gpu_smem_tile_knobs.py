@@ -1,4 +1,4 @@
-"""GPU_MATMUL_TILE's _SMEM tiles, GPU_CONV_TILE and GPU_PAD_FUSION (issue 19, item 7): transform-dialect
+"""GPU_MATMUL_TILE's _SMEM tiles, GPU_CONV_TILE and GPU_PAD_FUSION: transform-dialect
 tuning specs with shared-memory operand tiles, and IREE's pad-into-conv fusion. Compiled here for
 cuda:sm_80 with the real IREE compiler (no GPU needed to compile); their speed and outputs are measured
 on the H200 by benchmarks/autotune_gpu.py (docs/benchmarks/autotune.md)."""

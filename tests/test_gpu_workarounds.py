@@ -2,7 +2,7 @@
 removed (the lowering or flag choice is asserted, and IREE's own dispatch IR is inspected for the
 faulty form), and the IR with the workaround still gives the reference's numbers here.
 
-1. CUDA f16/bf16 contractions with N before M (issue 15): a compute_barrier keeps IREE from moving
+1. CUDA f16/bf16 contractions with N before M: a compute_barrier keeps IREE from moving
    a transpose into a matmul (output relayouts, sdpa's V).
 2. f16/bf16 NCHW conv_fprop on CUDA: the channels-last preprocessing pass.
 3. f16/bf16 strided conv_dgrad on CUDA: no channels-last pass for dgrad-only graphs.
@@ -32,7 +32,7 @@ def _bytes(g, target=CUDA):
 
 
 def bert_attention(dt, b=2, s=128, heads=12, d=64, bias=True):
-    """Issue 15's graph: x -> per-head Q/K/V projections (+ bias) -> sdpa, output stored BSHD."""
+    """The BERT-style graph: x -> per-head Q/K/V projections (+ bias) -> sdpa, output stored BSHD."""
     e = heads * d
     g = hd.Graph(name="bert_attention", io_data_type=dt, compute_data_type=F)
     x = g.tensor(name="x", uid=1, dim=[b, 1, s, e])
@@ -228,7 +228,7 @@ def engine_flags(target, kinds, dynamic=False):
 def test_conv_flags_per_graph(target):
     assert engine_flags(target, [OpKind.CONV_FPROP]) == list(GPU_CONV_FLAGS)
     assert engine_flags(target, [OpKind.CONV_WGRAD]) == list(GPU_CONV_FLAGS)
-    assert engine_flags(target, [OpKind.CONV_DGRAD]) == []                          # issue 3
+    assert engine_flags(target, [OpKind.CONV_DGRAD]) == []
     assert engine_flags(target, [OpKind.CONV_FPROP, OpKind.CONV_DGRAD]) == list(GPU_CONV_FLAGS)   # documented limit
     assert engine_flags(target, [OpKind.CONV_DGRAD, OpKind.CONV_WGRAD]) == []
     assert engine_flags(target, [OpKind.MATMUL]) == []

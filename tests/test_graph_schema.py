@@ -1,4 +1,4 @@
-"""Issue 19 item 6: graph.fbs is the one source of the graph field tables (graph_ir/_fbs/graph_tables.py,
+"""graph.fbs is the one source of the graph field tables (graph_ir/_fbs/graph_tables.py,
 generated; tests/test_schemas.py checks it is fresh), and encoding did not change with it."""
 import hashlib
 import json

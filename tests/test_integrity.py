@@ -1,4 +1,4 @@
-"""Issue 4: compatibility checks, plan identity, integrity (digest, signatures), size bounds,
+"""Compatibility checks, plan identity, integrity (digest, signatures), size bounds,
 plan-tensor queries, attribute semantics and atomic plan files."""
 import dataclasses
 import os

@@ -1,4 +1,4 @@
-"""The package's layers, as folders, with imports running one way (issue 14).
+"""The package's layers, as folders, with imports running one way.
 
 Every import statement of the project's modules (function-level ones included) is read with
 ``ast``; the test fails on an import cycle among the modules, or on an import from a lower layer

@@ -1,4 +1,4 @@
-"""FUSPLAN kind 3: one plan, one module per target (issue 11, item 4).
+"""FUSPLAN kind 3: one plan, one module per target.
 
 Compiling six targets takes a while on a small machine: the graph is tiny and the plan is built
 once per module (fixtures below)."""

@@ -1,4 +1,4 @@
-"""Issue 20: dynamic and override shapes through the public API, on the CPU.
+"""Dynamic and override shapes through the public API, on the CPU.
 
 One plan per op family, built once with override shapes enabled, executed at three or more sizes
 per varying dim (1 and a non-power of two among them) and compared with the NUMPY_REFERENCE engine

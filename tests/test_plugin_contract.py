@@ -1,4 +1,4 @@
-"""The plugin contract as written (issue 28 item 5): ``plugin_sdk/contract.py`` states the methods
+"""The plugin contract as written: ``plugin_sdk/contract.py`` states the methods
 and signatures every installed plugin implements, a plugin is checked against it when it is loaded,
 and every call into a plugin goes through one wrapper (a stray exception becomes PLUGIN_ERROR
 naming the plugin and the method; HipdnnError passes unchanged)."""

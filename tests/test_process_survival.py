@@ -1,4 +1,4 @@
-"""Nothing a compile does may end the caller's process (issue 18, items 1 and 7).
+"""Nothing a compile does may end the caller's process.
 
 IREE's compiler runs in a child process (``plugins/iree_linalg/compile.py``): a compile that fails,
 whose child dies by a signal or runs past its timeout is a HipdnnError; unknown LLVM CPU names are

@@ -1,5 +1,5 @@
 """Audit of the public surface: bad arguments give hd.HipdnnError (BAD_PARAM and friends), never a
-raw Python exception (issue 9, item 4). Each case builds what it needs, then makes one bad call; a
+raw Python exception. Each case builds what it needs, then makes one bad call; a
 call the library accepts is followed by validate(), which must then refuse it or pass."""
 import numpy as np
 import pytest
@@ -129,7 +129,7 @@ def test_bad_execute_and_serialize_arguments(cpu):
     assert np.all(pack[3] == 0) or np.allclose(pack[3], 3.0)
 
 
-# -- issue 18, items 4 and 5: integers past int64, negative uids, NaN/inf parameters, bad workspaces --
+# -- integers past int64, negative uids, NaN/inf parameters, bad workspaces --
 
 def _matmul_graph(**a_kw):
     g = hd.Graph(io_data_type=hd.DataType.FLOAT)

@@ -1,5 +1,5 @@
 """The ``rng`` fixture (tests/conftest.py) seeds from a stable hash of the test id, so a failing
-test's data is the same in every run, and its failure output names the seed (issue 18, item 16)."""
+test's data is the same in every run, and its failure output names the seed."""
 import os
 import re
 import subprocess

@@ -1,4 +1,4 @@
-"""Issue 28 item 6: no environment read at import (settings are read when a handle or its session is
+"""No environment read at import (settings are read when a handle or its session is
 made, or at call time where there is no handle), and the module ABI version checked on restore."""
 import dataclasses
 import os

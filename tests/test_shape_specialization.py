@@ -1,4 +1,4 @@
-"""Issue 20 item 6: shape specialization of override-shape plans, on the CPU.
+"""Shape specialization of override-shape plans, on the CPU.
 
 An override-shape plan (knob SHAPE_SPECIALIZE, AUTO = on for them) carries one module with two
 public functions: the dynamic ``main`` and ``main_static``, the static lowering at the build shape.

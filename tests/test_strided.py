@@ -1,4 +1,4 @@
-"""Strided views that are not a dense permutation (issue 13): packed QKV, sliced inputs, output slots
+"""Strided views that are not a dense permutation: packed QKV, sliced inputs, output slots
 in bigger buffers. Numbers against float64 references computed here; CPU zero-copy checked."""
 import numpy as np
 import pytest
