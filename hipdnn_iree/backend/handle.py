@@ -57,7 +57,7 @@ class Handle:
 
     def __init__(self, device: str | None, resource_manager: PluginResourceManager, target: str = "",
                  targets: tuple = (), settings: HandleSettings | None = None):
-        self.settings = settings if settings is not None else HandleSettings.from_environment()
+        self._settings = settings if settings is not None else HandleSettings.from_environment()
         self.device = device
         self.resource_manager = resource_manager
         self.target = target                              # the target this handle's device runs

@@ -303,7 +303,7 @@ def create_and_deserialize_execution_plan(handle: Handle, serialized_plan, verif
         raise HipdnnError(Status.BAD_PARAM_NULL_POINTER, "handle is None")
     if not isinstance(handle, Handle):
         raise HipdnnError(Status.BAD_PARAM, f"expected a handle from create_handle(), got {type(handle).__name__}")
-    env = _envelope.decode(serialized_plan, verify_key, handle.settings.max_plan_bytes)
+    env = _envelope.decode(serialized_plan, verify_key, handle._settings.max_plan_bytes)
     plugin = handle.resource_manager.plugin_for(env.engine_id)
     writer = f" (written by plugin {env.plugin_name} {env.plugin_version})" if env.plugin_name else ""
     if plugin is None:

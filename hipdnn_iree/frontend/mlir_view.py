@@ -53,10 +53,10 @@ def graph_mlir(graph, target: str | None = None) -> str:
     # NOTE: the frontend imports no engine package: the engine that compiles (its optional
     # ``source_text`` hook) emits the text, through the installed plugins
     from hipdnn_iree.backend.engines import discover_plugins
-    from hipdnn_iree.plugin_sdk.contract import check_plugin
+    from hipdnn_iree.plugin_sdk.contract import declared_capabilities
     op_graph = graph.to_hipdnn_graph()        # validates first when needed; the bytes a build hands the engine
     for plugin in discover_plugins():
-        if "source_text" in check_plugin(plugin).capabilities:
+        if "source_text" in declared_capabilities(plugin):
             return plugin.source_text(op_graph, target, dynamic=graph._dynamic_request())
     raise HipdnnError(Status.NOT_SUPPORTED, "graph_mlir: no installed engine plugin emits source text (the IREE "
                                             "engine, hipdnn_iree.plugins.iree_linalg, does)")

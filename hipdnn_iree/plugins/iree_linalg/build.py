@@ -199,8 +199,7 @@ def _build_one(session: IreeSession, target: Target, op_graph: bytes, desc: Grap
                                         policy=resolved.policy)
         from hipdnn_iree.plugins.iree_linalg.compile import find_compiler
         find_compiler()
-        # NOTE: the same lowering again, verified (iree.compiler.ir): deterministic, so the same text
-        lowered = lower(desc, op_graph, resolved, refusal=refusal, shape_spec=spec, specialize=special)
+        verify(lowered.mlir, refusal)   # the text just keyed, verified once (iree.compiler.ir)
     from hipdnn_iree.plugins.iree_linalg.compile import compile_mlir, compiler_version
     compiled = compile_mlir(lowered.mlir, target, flags)
     ctx = IreeExecutionContext(compiled.vmfb, lowered.abi, target, tensors_from_abi(lowered.abi),
@@ -228,6 +227,16 @@ def lower(desc: GraphDesc, op_graph: bytes, resolved: Resolved, verify: bool = T
             return lower_graph(desc, resolved.policy.target, verify=verify, graph_bytes=op_graph,
                                policy=resolved.policy, shape_spec=shape_spec, specialize=specialize)
         return lower_graph(desc, resolved.policy.target, verify=verify, graph_bytes=op_graph, policy=resolved.policy)
+    except GraphError as e:
+        raise to_hipdnn(e, origin, f"IREE_LINALG cannot lower the graph{what}: ") from None
+
+
+def verify(mlir: str, refusal: tuple[str, str] = ("", "graph")) -> None:
+    """Verifies lowered text with the compiler's parser; a failure reported as :func:`lower` reports it."""
+    from lowering._lower import verify_mlir
+    what, origin = refusal
+    try:
+        verify_mlir(mlir)
     except GraphError as e:
         raise to_hipdnn(e, origin, f"IREE_LINALG cannot lower the graph{what}: ") from None
 
