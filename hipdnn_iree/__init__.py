@@ -13,7 +13,7 @@ Example:
 """
 from hipdnn_iree.plugin_sdk.version import __version__
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
-from hipdnn_iree.plugin_sdk.types import DataType, NormFwdPhase, PointwiseMode, ReductionMode
+from hipdnn_iree.plugin_sdk.types import DataType, NormFwdPhase, PointwiseMode, ReductionMode, ResampleMode
 from hipdnn_iree.plugin_sdk.engine_ids import engine_id_from_name
 from hipdnn_iree.plugin_sdk.engine_config import BuildPlanPolicy, HeurMode, Knob
 from hipdnn_iree.backend.handle import Handle, create_handle
@@ -26,6 +26,6 @@ from hipdnn_iree import backend
 from hipdnn_iree.backend.plan import PlanTensor
 
 __all__ = [
-    "BuildPlanPolicy", "DataType", "Graph", "HeurMode", "Knob", "Handle", "HipdnnError", "KernelCache", "NormFwdPhase", "PlanTensor", "PointwiseMode", "ReductionMode", "Status",
+    "BuildPlanPolicy", "DataType", "Graph", "HeurMode", "Knob", "Handle", "HipdnnError", "KernelCache", "NormFwdPhase", "PlanTensor", "PointwiseMode", "ReductionMode", "ResampleMode", "Status",
     "TensorAttributes", "__version__", "backend", "create_handle", "empty_aligned", "engine_id_from_name", "load_plan", "save_plan",
 ]

@@ -10,6 +10,9 @@ from hipdnn_iree.backend.handle import Handle
 from hipdnn_iree.frontend.ops.registry import check_frontend, infer
 from hipdnn_iree.frontend.ops.conv import ConvOps
 from hipdnn_iree.frontend.ops.norm import NormOps
+from hipdnn_iree.frontend.ops.batchnorm_train import BatchnormTrainOps
+from hipdnn_iree.frontend.ops.norm_backward import NormBackwardOps
+from hipdnn_iree.frontend.ops.resample import ResampleOps
 from hipdnn_iree.frontend.ops.sdpa import SdpaOps
 from hipdnn_iree.frontend.plans import PlanOps, PlanSlot
 from hipdnn_iree.plugin_sdk.errors import to_hipdnn
@@ -27,7 +30,7 @@ from graph_ir.opdef import OPS
 MAX_TENSOR_BYTES = 2**47
 
 
-class Graph(PlanOps, ConvOps, NormOps, SdpaOps):
+class Graph(PlanOps, ConvOps, BatchnormTrainOps, NormBackwardOps, NormOps, SdpaOps, ResampleOps):
     """An operation graph and, once built, its execution plan.
 
     Example:

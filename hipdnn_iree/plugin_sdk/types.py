@@ -38,6 +38,8 @@ PointwiseMode = _from_schema("PointwiseMode", _g.PointwiseMode, "Pointwise opera
 ReductionMode = _from_schema("ReductionMode", _g.ReductionMode, "Reduction operations (hipDNN's numbers).",
                              {"MIN_OP": "MIN", "MAX_OP": "MAX"})
 NormFwdPhase = _from_schema("NormFwdPhase", _g.NormFwdPhase, "Normalization forward phase.")
+ResampleMode = _from_schema("ResampleMode", _g.ResampleMode, "Pooling modes of resample (hipDNN's numbers).")
+PaddingMode = _from_schema("PaddingMode", _g.PaddingMode, "Padding of resample (hipDNN's numbers).")
 
 
 def as_enum(cls, value, what: str):

@@ -13,8 +13,7 @@ from hipdnn_iree.plugin_sdk.engine_ids import engine_id_from_name
 from hipdnn_iree.plugin_sdk.errors import to_hipdnn
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.plugin_sdk.version import __version__
-from hipdnn_iree.plugins.numpy_reference import conv, norm, pointwise, sdpa  # noqa: F401  (register)
-from hipdnn_iree.plugins.numpy_reference.registry import REFERENCES
+from hipdnn_iree.plugins.numpy_reference.registry import REFERENCES, import_op_modules
 from graph_ir.desc import GraphDesc, GraphError, decode_graph
 
 ENGINE_NAME = "NUMPY_REFERENCE"

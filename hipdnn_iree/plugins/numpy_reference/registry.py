@@ -18,6 +18,21 @@ def register_reference(kind: OpKind):
     return wrap
 
 
+# modules of this package that are not op references
+_NOT_OPS = {"__init__", "plugin", "registry"}
+
+
+def import_op_modules() -> None:
+    """Imports every op module of this package (each registers its references): a new op is one new file."""
+    import importlib
+    import os
+    import pkgutil
+    package = __name__.rpartition(".")[0]
+    for m in sorted(m.name for m in pkgutil.iter_modules([os.path.dirname(__file__)])):
+        if m not in _NOT_OPS:
+            importlib.import_module(f"{package}.{m}")
+
+
 def check_references() -> None:
     """Raises naming every supported OpDef (graph_ir.opdef.OPS) that has no reference here; run when
     the package has imported every op module (``__init__``)."""

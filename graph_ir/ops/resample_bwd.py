@@ -1,0 +1,8 @@
+"""resample_bwd: its OpDef (being built: parsed and refused until its emitter, reference and frontend method exist)."""
+from __future__ import annotations
+
+from graph_ir.desc import ATTRS_BY_KIND, OpKind
+from graph_ir.opdef import OpDef, register
+from graph_ir.ops._parse_only import outputs_as_declared
+
+OPDEF = register(OpDef(OpKind.RESAMPLE_BWD, ATTRS_BY_KIND[OpKind.RESAMPLE_BWD], outputs_as_declared, supported=False))
