@@ -12,6 +12,12 @@ by cuDNN, hipdnn-iree and torch; each side writes its own intermediates and outp
 
 Cases (f16/bf16 io, FLOAT intermediate and compute):
 
+  train (backward graphs; each a training step's forward-with-statistics graph and its backward graph,
+       timed together): sdpa fwd+Stats then sdpa_backward, causal f16 B4 H16 S1024 D64 and bf16 B8 H12
+       S512 D64; layernorm TRAINING then layernorm_backward f16 4096x1024; batchnorm training (running
+       statistics) then batchnorm_backward f16 NHWC N32 C64 56x56; conv 3x3 dgrad then wgrad f16 NHWC
+       N32 56x56 64->64
+
   1-3  conv + bias + relu, NHWC: 3x3 f16 N32 56x56 64->64 pad 1; 1x1 f16 N32 56x56 256->64 (ResNet-50's
        reduce); 3x3 bf16 N8 28x28 128->128 pad 1
   4-5  matmul + bias + gelu: f16 [4,512,1024] @ [1,1024,4096]; bf16 [8,128,4096] @ [1,4096,4096]
@@ -300,6 +306,233 @@ def norm_stage(name, dt, kind, bsz, s, e, x="x", scale="scale", bias=None, y="y"
     return st
 
 
+def _scalar(cudnn, g, name, value, ins):
+    """A pass-by-value scalar (momentum, as epsilon in :func:`_epsilon`)."""
+    if _is_ours(cudnn):
+        return float(value)
+    t = g.tensor(name=name, dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], is_pass_by_value=True,
+                 data_type=cudnn.data_type.FLOAT)
+    ins[f"{name}={value!r}"] = t
+    return t
+
+
+def _stat(t, cudnn, dims):
+    t.set_output(True).set_dim(list(dims)).set_stride(packed(dims)).set_data_type(cudnn.data_type.FLOAT)
+    return t
+
+
+def _grads(torch, fn, inputs: dict, wrt, dy):
+    """``{name: d(sum(fn(...) * dy))/d input}`` for the inputs named in ``wrt`` (torch autograd)."""
+    with torch.enable_grad():
+        leaves = {k: (v.detach().clone().requires_grad_(True) if k in wrt else v) for k, v in inputs.items()}
+        out = fn(**leaves)
+        out.backward(dy)
+    return {k: leaves[k].grad for k in wrt}
+
+
+def sdpa_train_stages(dt, b, h, s, d, causal):
+    """sdpa forward with Stats, then sdpa_backward (BHSD), as a training step runs them."""
+    dims, st_dims = [b, h, s, d], [b, h, s, 1]
+    scale = 1.0 / math.sqrt(d)
+
+    def fwd_build(cudnn, handle, torch):
+        g = _graph(cudnn, handle, dt)
+        Q, K, V = (_tensor(g, cudnn, n, dims, packed(dims), dt) for n in ("Q", "K", "V"))
+        O, Stats = g.sdpa(q=Q, k=K, v=V, attn_scale=scale, generate_stats=True, use_causal_mask=causal)
+        return g, {"q": Q, "k": K, "v": V}, {"o": _output(O, cudnn, dims, packed(dims), dt),
+                                             "stats": _stat(Stats, cudnn, st_dims)}
+
+    def _scores(torch, q, k):
+        sc = (q.float() @ k.float().transpose(-1, -2)) * scale
+        if causal:
+            keep = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()
+            sc = sc.masked_fill(~keep, float("-inf"))
+        return sc
+
+    def fwd_eager(torch, t):
+        o = torch.nn.functional.scaled_dot_product_attention(t["q"], t["k"], t["v"], is_causal=causal, scale=scale)
+        return {"o": o, "stats": torch.logsumexp(_scores(torch, t["q"], t["k"]), -1, keepdim=True)}
+
+    def bwd_build(cudnn, handle, torch):
+        g = _graph(cudnn, handle, dt)
+        Q, K, V, O, dO = (_tensor(g, cudnn, n, dims, packed(dims), dt) for n in ("Q", "K", "V", "O", "dO"))
+        St = g.tensor(name="Stats", dim=st_dims, stride=packed(st_dims), data_type=cudnn.data_type.FLOAT)
+        dQ, dK, dV = g.sdpa_backward(q=Q, k=K, v=V, o=O, dO=dO, stats=St, attn_scale=scale, use_causal_mask=causal)
+        outs = {n: _output(t, cudnn, dims, packed(dims), dt) for n, t in (("dq", dQ), ("dk", dK), ("dv", dV))}
+        return g, {"q": Q, "k": K, "v": V, "o": O, "do": dO, "stats": St}, outs
+
+    def bwd_eager(torch, t):
+        def f(q, k, v):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+        gr = _grads(torch, f, {"q": t["q"], "k": t["k"], "v": t["v"]}, ("q", "k", "v"), t["do"])
+        return {"dq": gr["q"], "dk": gr["k"], "dv": gr["v"]}
+
+    div = 2 if causal else 1
+    f1 = Stage("sdpa fwd + stats", fwd_build, fwd_eager, flops=4 * b * h * s * s * d // div)
+    f1.out_keys = ["o", "stats"]
+    f2 = Stage("sdpa_backward", bwd_build, bwd_eager, flops=10 * b * h * s * s * d // div)
+    f2.out_keys = ["dq", "dk", "dv"]
+    return [f1, f2]
+
+
+def layernorm_train_stages(dt, bsz, s, e, eps=1e-5):
+    """layernorm TRAINING (Y, mean, inv_var) then layernorm_backward, over the last axis of [bsz, s, e]."""
+    xd, sd, stat = [bsz, s, e], [1, 1, e], [bsz, s, 1]
+
+    def fwd_build(cudnn, handle, torch):
+        g = _graph(cudnn, handle, dt)
+        X, S, B = _tensor(g, cudnn, "x", xd, packed(xd), dt), _tensor(g, cudnn, "scale", sd, packed(sd), dt), \
+            _tensor(g, cudnn, "bias", sd, packed(sd), dt)
+        ins = {"x": X, "scale": S, "bias": B}
+        Y, M, IV = g.layernorm(norm_forward_phase=cudnn.norm_forward_phase.TRAINING, input=X, scale=S, bias=B,
+                               epsilon=_epsilon(cudnn, g, eps, ins))
+        return g, ins, {"y": _output(Y, cudnn, xd, packed(xd), dt), "mean": _stat(M, cudnn, stat),
+                        "inv_var": _stat(IV, cudnn, stat)}
+
+    def fwd_eager(torch, t):
+        x = t["x"].float()
+        m = x.mean(-1, keepdim=True)
+        iv = torch.rsqrt(((x - m) ** 2).mean(-1, keepdim=True) + eps)
+        y = torch.nn.functional.layer_norm(t["x"], [e], t["scale"].reshape(-1), t["bias"].reshape(-1), eps=eps)
+        return {"y": y, "mean": m, "inv_var": iv}
+
+    def bwd_build(cudnn, handle, torch):
+        g = _graph(cudnn, handle, dt)
+        DY, X = _tensor(g, cudnn, "dy", xd, packed(xd), dt), _tensor(g, cudnn, "x", xd, packed(xd), dt)
+        S = _tensor(g, cudnn, "scale", sd, packed(sd), dt)
+        M, IV = (g.tensor(name=n, dim=stat, stride=packed(stat), data_type=cudnn.data_type.FLOAT)
+                 for n in ("mean", "inv_var"))
+        DX, DS, DB = g.layernorm_backward(grad=DY, input=X, scale=S, mean=M, inv_variance=IV)
+        return g, {"dy": DY, "x": X, "scale": S, "mean": M, "inv_var": IV}, {
+            "dx": _output(DX, cudnn, xd, packed(xd), dt), "dscale": _output(DS, cudnn, sd, packed(sd), dt),
+            "dbias": _output(DB, cudnn, sd, packed(sd), dt)}
+
+    def bwd_eager(torch, t):
+        def f(x, scale, bias):
+            return torch.nn.functional.layer_norm(x, [e], scale.reshape(-1), bias.reshape(-1), eps=eps)
+        gr = _grads(torch, f, {"x": t["x"], "scale": t["scale"], "bias": t["scale"] * 0}, ("x", "scale", "bias"),
+                    t["dy"])
+        return {"dx": gr["x"], "dscale": gr["scale"], "dbias": gr["bias"]}
+
+    item = 2
+    f1 = Stage("layernorm training", fwd_build, fwd_eager, nbytes=item * 2 * bsz * s * e)
+    f1.out_keys = ["y", "mean", "inv_var"]
+    f2 = Stage("layernorm_backward", bwd_build, bwd_eager, nbytes=item * 3 * bsz * s * e)
+    f2.out_keys = ["dx", "dscale", "dbias"]
+    return [f1, f2]
+
+
+def batchnorm_train_stages(dt, n, c, hw, eps=1e-5, momentum=0.1):
+    """batchnorm training (NHWC, running statistics) then batchnorm_backward."""
+    xd, xs, cd = [n, c, hw, hw], nhwc(n, c, hw, hw), [1, c, 1, 1]
+    cs = nhwc(1, c, 1, 1)
+
+    def fwd_build(cudnn, handle, torch):
+        g = _graph(cudnn, handle, dt)
+        X = _tensor(g, cudnn, "x", xd, xs, dt)
+        S, B = (g.tensor(name=nm, dim=cd, stride=cs, data_type=cudnn.data_type.FLOAT) for nm in ("scale", "bias"))
+        RM, RV = (g.tensor(name=nm, dim=cd, stride=cs, data_type=cudnn.data_type.FLOAT) for nm in ("rmean", "rvar"))
+        ins = {"x": X, "scale": S, "bias": B, "rmean": RM, "rvar": RV}
+        Y, M, IV, NM, NV = g.batchnorm(input=X, scale=S, bias=B, in_running_mean=RM, in_running_var=RV,
+                                       epsilon=_epsilon(cudnn, g, eps, ins),
+                                       momentum=_scalar(cudnn, g, "momentum", momentum, ins))
+        return g, ins, {"y": _output(Y, cudnn, xd, xs, dt), "mean": _stat(M, cudnn, cd), "inv_var": _stat(IV, cudnn, cd),
+                        "next_rmean": _stat(NM, cudnn, cd), "next_rvar": _stat(NV, cudnn, cd)}
+
+    def fwd_eager(torch, t):
+        x = t["x"].float()
+        m = x.mean((0, 2, 3), keepdim=True)
+        var = ((x - m) ** 2).mean((0, 2, 3), keepdim=True)
+        cnt = n * hw * hw
+        y = torch.nn.functional.batch_norm(t["x"], None, None, t["scale"].reshape(-1).to(t["x"].dtype),
+                                           t["bias"].reshape(-1).to(t["x"].dtype), training=True, eps=eps)
+        return {"y": y, "mean": m, "inv_var": torch.rsqrt(var + eps),
+                "next_rmean": (1 - momentum) * t["rmean"] + momentum * m,
+                "next_rvar": (1 - momentum) * t["rvar"] + momentum * var * cnt / (cnt - 1)}
+
+    def bwd_build(cudnn, handle, torch):
+        g = _graph(cudnn, handle, dt)
+        DY, X = _tensor(g, cudnn, "dy", xd, xs, dt), _tensor(g, cudnn, "x", xd, xs, dt)
+        S, M, IV = (g.tensor(name=nm, dim=cd, stride=cs, data_type=cudnn.data_type.FLOAT)
+                    for nm in ("scale", "mean", "inv_var"))
+        DX, DS, DB = g.batchnorm_backward(grad=DY, input=X, scale=S, mean=M, inv_variance=IV)
+        return g, {"dy": DY, "x": X, "scale": S, "mean": M, "inv_var": IV}, {
+            "dx": _output(DX, cudnn, xd, xs, dt), "dscale": _stat(DS, cudnn, cd), "dbias": _stat(DB, cudnn, cd)}
+
+    def bwd_eager(torch, t):
+        def f(x, scale, bias):
+            return torch.nn.functional.batch_norm(x.float(), None, None, scale.reshape(-1), bias.reshape(-1),
+                                                  training=True, eps=eps)
+        gr = _grads(torch, f, {"x": t["x"], "scale": t["scale"], "bias": t["scale"] * 0}, ("x", "scale", "bias"),
+                    t["dy"].float())
+        return {"dx": gr["x"], "dscale": gr["scale"].reshape(cd), "dbias": gr["bias"].reshape(cd)}
+
+    item = 2
+    f1 = Stage("batchnorm training", fwd_build, fwd_eager, nbytes=item * 3 * n * c * hw * hw)
+    f1.out_keys = ["y", "mean", "inv_var", "next_rmean", "next_rvar"]
+    f2 = Stage("batchnorm_backward", bwd_build, bwd_eager, nbytes=item * 5 * n * c * hw * hw)
+    f2.out_keys = ["dx", "dscale", "dbias"]
+    return [f1, f2]
+
+
+def conv_backward_stages(dt, n, c, k, hw, r, pad):
+    """conv dgrad then wgrad (NHWC) of one 3x3 convolution, from the same dy."""
+    xd, xs, wd, ws, yd, ys = [n, c, hw, hw], nhwc(n, c, hw, hw), [k, c, r, r], nhwc(k, c, r, r), [n, k, hw, hw], \
+        nhwc(n, k, hw, hw)
+
+    def dgrad_build(cudnn, handle, torch):
+        g = _graph(cudnn, handle, dt)
+        DY, W = _tensor(g, cudnn, "dy", yd, ys, dt), _tensor(g, cudnn, "w", wd, ws, dt)
+        DX = g.conv_dgrad(loss=DY, filter=W, padding=[pad, pad], stride=[1, 1], dilation=[1, 1])
+        return g, {"dy": DY, "w": W}, {"dx": _output(DX, cudnn, xd, xs, dt)}
+
+    def wgrad_build(cudnn, handle, torch):
+        g = _graph(cudnn, handle, dt)
+        DY, X = _tensor(g, cudnn, "dy", yd, ys, dt), _tensor(g, cudnn, "x", xd, xs, dt)
+        DW = g.conv_wgrad(image=X, loss=DY, padding=[pad, pad], stride=[1, 1], dilation=[1, 1])
+        return g, {"dy": DY, "x": X}, {"dw": _output(DW, cudnn, wd, ws, dt)}
+
+    def dgrad_eager(torch, t):
+        return {"dx": torch.nn.grad.conv2d_input(xd, t["w"], t["dy"], padding=pad)}
+
+    def wgrad_eager(torch, t):
+        return {"dw": torch.nn.grad.conv2d_weight(t["x"], wd, t["dy"], padding=pad)}
+
+    fl = 2 * n * k * hw * hw * c * r * r
+    a = Stage("conv_dgrad", dgrad_build, dgrad_eager, flops=fl)
+    a.out_keys = ["dx"]
+    b = Stage("conv_wgrad", wgrad_build, wgrad_eager, flops=fl)
+    b.out_keys = ["dw"]
+    return [a, b]
+
+
+def _training_cases(tiny: bool) -> list:
+    """Backward graphs: each case is a training step's forward-with-statistics graph and its backward
+    graph (conv: dgrad and wgrad), timed together; every output of both is checked."""
+    T = tiny
+    out = []
+    for name, dt, b, h, s, d, causal in (("sdpa_train_causal_f16", "f16", 4, 16, 1024, 64, True),
+                                         ("sdpa_train_bf16", "bf16", 8, 12, 512, 64, False)):
+        if T:
+            b, h, s, d = 1, 2, 16, 16
+        st = sdpa_train_stages(dt, b, h, s, d, causal)
+        out.append(Case(name, "train", "sdpa", dt, f"B{b} H{h} S{s} D{d}{' causal' if causal else ''} fwd+bwd", st,
+                        fills=FE_FILLS["sdpa"], check=["o", "stats", "dq", "dk", "dv"], causal=causal))
+    bsz, s, e = (4, 1024, 1024) if not T else (2, 4, 64)
+    st = layernorm_train_stages("f16", bsz, s, e)
+    out.append(Case("layernorm_train_f16", "train", "layernorm", "f16", f"{bsz * s}x{e} fwd+bwd", st,
+                    check=["y", "mean", "inv_var", "dx", "dscale", "dbias"]))
+    n, c, hw = (32, 64, 56) if not T else (2, 8, 4)
+    st = batchnorm_train_stages("f16", n, c, hw)
+    out.append(Case("batchnorm_train_f16", "train", "layernorm", "f16", f"N{n} C{c} {hw}x{hw} NHWC fwd+bwd", st,
+                    check=["y", "mean", "inv_var", "next_rmean", "next_rvar", "dx", "dscale", "dbias"]))
+    n, c, k, hw = (32, 64, 64, 56) if not T else (1, 8, 8, 6)
+    st = conv_backward_stages("f16", n, c, k, hw, 3, 1)
+    out.append(Case("conv3x3_backward_f16", "train", "conv", "f16", f"N{n} {hw}x{hw} C{c}->{k} 3x3 dgrad+wgrad", st,
+                    check=["dx", "dw"]))
+    return out
+
+
 # -- the cases --------------------------------------------------------------------------------------------
 FE_FILLS = {"conv": {}, "matmul": {}, "sdpa": {"*": (1.0, -0.5)},            # test_mhas: randn - 0.5
             "layernorm": {"x": (3.0, -0.5), "scale": (5.0, -1.0), "bias": (7.0, -2.0)}}   # test_layernorm
@@ -375,7 +608,7 @@ def _block_cases(tiny: bool) -> list:
 
 
 def all_cases(tiny: bool = False) -> list:
-    return _op_cases(tiny) + _block_cases(tiny)
+    return _op_cases(tiny) + _block_cases(tiny) + _training_cases(tiny)
 
 
 # -- compile (build machine) / the facade's side ------------------------------------------------------
@@ -625,7 +858,7 @@ def _compare(torch, case, got: dict, want: dict) -> dict:
         err = (a - b).abs()
         finite = bool(torch.isfinite(a).all())
         r = {"max_abs_err": float(err.max()) if finite else float("nan"), "max_abs_ref": float(b.abs().max())}
-        if case.group == "block":
+        if case.group in ("block", "train"):
             tol = BLOCK_TOL[case.dtype]
             r["max_rel_err"] = r["max_abs_err"] / max(r["max_abs_ref"], 1e-6) if finite else float("nan")
             r["ok"] = finite and r["max_rel_err"] <= tol
@@ -846,6 +1079,7 @@ def _geomeans(res) -> None:
         "ours_over_torch_blocks": _geomean([r.get("ours_over_torch") for r in blocks]),
         "ours_over_torch_all": _geomean([r.get("ours_over_torch") for r in rows]),
         "cudnn_over_torch_blocks": _geomean([r.get("cudnn_over_torch") for r in blocks]),
+        "ours_over_cudnn_train": _geomean([r.get("ours_over_cudnn") for r in rows if r["group"] == "train"]),
         "n_ops_with_both": sum(1 for r in ops if r.get("ours_over_cudnn")),
         "n_blocks_with_torch": sum(1 for r in blocks if r.get("ours_over_torch")),
     }
@@ -888,6 +1122,7 @@ def markdown(res) -> str:
                      f"{_fmt(rate.get('torch'), 1)} | {unit or '-'} ({peak}) |")
     g = res.get("geomean", {})
     lines += ["", f"Geomean ours/cuDNN: op cases {g.get('ours_over_cudnn_ops')} ({g.get('n_ops_with_both')} cases), "
+              f"training steps (fwd+bwd) {g.get('ours_over_cudnn_train')}, "
               f"everything {g.get('ours_over_cudnn_all')}. Geomean ours/torch eager: blocks "
               f"{g.get('ours_over_torch_blocks')} ({g.get('n_blocks_with_torch')} blocks), everything "
               f"{g.get('ours_over_torch_all')}; cuDNN/torch eager on blocks {g.get('cudnn_over_torch_blocks')}."]
