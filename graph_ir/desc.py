@@ -350,7 +350,8 @@ class LayernormAttrs(_Attrs):
 
 @dataclass(frozen=True)
 class RmsnormAttrs(_Attrs):
-    """``y = x / rms(x) * scale (+ bias)``; TRAINING also outputs ``inv_rms`` ([N, 1, ...]).
+    """``y = x / rms(x) * scale (+ bias)``; TRAINING also outputs ``inv_rms`` (x's dims with 1 on the
+    normalized axes).
     ``forward_phase`` NOT_SET (graphs written before this project wrote it) reads as INFERENCE."""
 
     KIND: ClassVar[OpKind] = OpKind.RMSNORM
@@ -365,10 +366,6 @@ class RmsnormAttrs(_Attrs):
     bias_uid: int = ABSENT
     inv_rms_uid: int = ABSENT
     phase: int = 0
-
-    def unsupported(self):
-        bad = self._set("bias_uid", "inv_rms_uid") + (["forward_phase TRAINING"] if self.phase == 2 else [])
-        return f"rmsnorm fields {bad} are not supported (inference: x, scale, epsilon -> y)" if bad else None
 
 
 _SDPA_UNHONOURED = ("seq_len_q_uid", "seq_len_kv_uid", "seed_uid", "offset_uid", "dropout_mask_uid",
@@ -552,7 +549,8 @@ class LayernormBackwardAttrs(_Attrs):
 
 @dataclass(frozen=True)
 class RmsnormBackwardAttrs(_Attrs):
-    """``dbias_uid`` set: the forward had a bias."""
+    """``dbias_uid`` set: the forward had a bias. Normalized axes as rmsnorm's (the scale's
+    trailing extents; the schema has no normalized_dim_count)."""
 
     KIND: ClassVar[OpKind] = OpKind.RMSNORM_BACKWARD
     _IN: ClassVar = ("dy_uid", "x_uid", "scale_uid", "inv_rms_uid")
@@ -708,8 +706,6 @@ NOT_YET_LOWERED = {
     OpKind.BATCHNORM,
     OpKind.BATCHNORM_BACKWARD,
     OpKind.BATCHNORM_INFERENCE_VARIANCE_EXT,
-    OpKind.LAYERNORM_BACKWARD,
-    OpKind.RMSNORM_BACKWARD,
     OpKind.SDPA_BACKWARD,
     OpKind.RESAMPLE_FWD,
     OpKind.RESAMPLE_BWD,

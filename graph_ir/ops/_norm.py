@@ -1,5 +1,6 @@
 """Reduction and normalization shape and attribute rules, shared by their OpDefs (reduction.py,
-batchnorm_inference.py, layernorm.py, rmsnorm.py) and the emitters (no MLIR)."""
+batchnorm_inference.py, layernorm.py, rmsnorm.py, layernorm_backward.py, rmsnorm_backward.py) and
+the emitters (no MLIR)."""
 from __future__ import annotations
 
 import math
@@ -94,8 +95,116 @@ def check_layernorm(at, dims: Dims, scalar=None) -> dict[int, tuple[int, ...]]:
 
 
 def check_rmsnorm(at, dims: Dims, scalar=None) -> dict[int, tuple[int, ...]]:
-    """Validates rmsnorm attributes; returns ``{y_uid: dims}`` (see :func:`check_layernorm`)."""
-    return _check_row_norm(at, ("scale",), dims, scalar)
+    """Validates rmsnorm attributes; returns the dims of every output (see :func:`check_layernorm`).
+
+    The bias is optional (the scale's dims); phase NOT_SET reads as INFERENCE. TRAINING also
+    outputs ``inv_rms``, of x's dims with 1 on the normalized axes.
+    """
+    if at.phase not in (NormFwdPhase.NOT_SET, NormFwdPhase.INFERENCE, NormFwdPhase.TRAINING):
+        raise GraphError(f"field 'phase' value {_PHASE_NAMES.get(at.phase, at.phase)}: use "
+                            "hd.NormFwdPhase.INFERENCE or hd.NormFwdPhase.TRAINING")
+    operands = ("scale",) if getattr(at, "bias_uid", ABSENT) == ABSENT else ("scale", "bias")
+    out = _check_row_norm(at, operands, dims, scalar)
+    training = at.phase == NormFwdPhase.TRAINING
+    uid = at.inv_rms_uid
+    if training and uid == ABSENT:
+        raise GraphError("field 'inv_rms' is missing: the TRAINING phase outputs inv_rms")
+    if not training and uid != ABSENT:
+        raise GraphError(f"field 'inv_rms' is set (uid {uid}) but the phase is INFERENCE, which outputs only y; "
+                            "use hd.NormFwdPhase.TRAINING to get inv_rms")
+    if uid != ABSENT:
+        x = tuple(dims(at.x_uid))
+        out[uid] = stats_dims(x, norm_axes(x, tuple(dims(at.scale_uid))))
+    return out
+
+
+def _backward_dims(at, dims: Dims, normalized_dim_count: int = 0):
+    """The shared operand checks of layernorm_backward and rmsnorm_backward: x (rank >= 2), dy of
+    x's dims, the scale; returns ``(x, scale, normalized axes, statistics dims)``."""
+    for f, what in (("dy", "the gradient of y (x's dims)"), ("x", "the forward's input"),
+                    ("scale", "the forward's scale")):
+        if getattr(at, f"{f}_uid") == ABSENT:
+            raise GraphError(f"field '{f}' is missing: pass {what}")
+    x = tuple(dims(at.x_uid))
+    if len(x) < 2:
+        raise GraphError(f"field 'x' dims {list(x)}: needs rank >= 2 (batch axis 0, then the normalized axes)")
+    dy = tuple(dims(at.dy_uid))
+    if dy != x:
+        raise GraphError(f"field 'dy' dims {list(dy)}: must equal x's dims {list(x)}")
+    scale = tuple(dims(at.scale_uid))
+    axes = norm_axes(x, scale, normalized_dim_count)
+    return x, scale, axes, stats_dims(x, axes)
+
+
+def _stat_operand(at, field: str, want: tuple, dims: Dims, what: str) -> None:
+    got = tuple(dims(getattr(at, f"{field}_uid")))
+    if got != want:
+        raise GraphError(f"field '{field}' dims {list(got)}: expected {list(want)} ({what}: x's dims with 1 on "
+                            "the normalized axes)")
+
+
+def _check_preset(at, field: str, want: tuple, dims: Dims) -> None:
+    """An output whose dims the caller set must have the dims the op gives."""
+    uid = getattr(at, f"{field}_uid")
+    try:
+        got = tuple(dims(uid))
+    except KeyError:
+        return
+    if got != want:
+        raise GraphError(f"field '{field}' dims {list(got)}: expected {list(want)} (the scale's dims)")
+
+
+def check_layernorm_backward(at, dims: Dims, scalar=None) -> dict[int, tuple[int, ...]]:
+    """Validates layernorm_backward; returns ``{dx: x's dims, dscale and dbias: the scale's dims}``.
+
+    The statistics are the forward's saved ``mean`` and ``inv_variance`` (x's dims with 1 on the
+    normalized axes), or, with neither, recomputed from x with ``epsilon``.
+    """
+    x, scale, axes, stats = _backward_dims(at, dims, at.normalized_dim_count)
+    have = [f for f in ("mean", "inv_variance") if getattr(at, f"{f}_uid") != ABSENT]
+    if len(have) == 1:
+        miss = "inv_variance" if have == ["mean"] else "mean"
+        raise GraphError(f"field '{miss}' is missing: pass both saved statistics (mean and inv_variance) or "
+                            "neither (then epsilon, to recompute them)")
+    for f in have:
+        _stat_operand(at, f, stats, dims, f"the forward's saved {f}")
+    if not have:
+        if at.epsilon_uid == ABSENT:
+            raise GraphError("field 'mean' is missing: pass the forward's saved mean and inv_variance, or "
+                                "epsilon to recompute them")
+    if at.epsilon_uid != ABSENT:
+        eps_dims = tuple(dims(at.epsilon_uid))
+        if any(d != 1 for d in eps_dims):
+            raise GraphError(f"field 'epsilon' dims {list(eps_dims)}: must be a scalar constant")
+        if scalar is not None and not have:
+            value = scalar(at.epsilon_uid)
+            if value is None:
+                raise GraphError("field 'epsilon': must be a scalar constant (pass a Python float or "
+                                    "g.tensor(value=...))", "unsupported")
+            check_epsilon(value)
+    for f in ("dx", "dscale", "dbias"):
+        if getattr(at, f"{f}_uid") == ABSENT:
+            raise GraphError(f"field '{f}' is missing: layernorm_backward outputs dx, dscale and dbias")
+    _check_preset(at, "dscale", scale, dims)
+    _check_preset(at, "dbias", scale, dims)
+    return {at.dx_uid: x, at.dscale_uid: scale, at.dbias_uid: scale}
+
+
+def check_rmsnorm_backward(at, dims: Dims, scalar=None) -> dict[int, tuple[int, ...]]:
+    """Validates rmsnorm_backward; returns ``{dx: x's dims, dscale (and dbias if set): the scale's dims}``."""
+    x, scale, axes, stats = _backward_dims(at, dims)
+    if at.inv_rms_uid == ABSENT:
+        raise GraphError(f"field 'inv_rms' is missing: pass the forward's saved inv_rms (dims {list(stats)})")
+    _stat_operand(at, "inv_rms", stats, dims, "the forward's saved inv_rms")
+    for f in ("dx", "dscale"):
+        if getattr(at, f"{f}_uid") == ABSENT:
+            raise GraphError(f"field '{f}' is missing: rmsnorm_backward outputs dx and dscale")
+    out = {at.dx_uid: x, at.dscale_uid: scale}
+    _check_preset(at, "dscale", scale, dims)
+    if at.dbias_uid != ABSENT:
+        _check_preset(at, "dbias", scale, dims)
+        out[at.dbias_uid] = scale
+    return out
 
 
 def norm_axes(x: Sequence[int], scale: Sequence[int], normalized_dim_count: int = 0) -> tuple[int, ...]:
@@ -217,6 +326,32 @@ def dynamic_rownorm(f: Facts, node):
         u = getattr(at, name, ABSENT)
         if u != ABSENT and not f.graph.tensor(u).is_scalar:
             right_aligned(f, u, at.x_uid)
+            for i in range(len(f.dims(u))):
+                f.mark((u, i), FIXED)
+    for name in ("mean_uid", "inv_variance_uid", "inv_rms_uid"):
+        u = getattr(at, name, ABSENT)
+        if u != ABSENT:
+            for i, d in enumerate(f.dims(u)):
+                if i in axes or d != x[i]:
+                    f.mark((u, i), FIXED)
+                else:
+                    f.union((u, i), (at.x_uid, i))
+
+
+def dynamic_rownorm_backward(f: Facts, node):
+    """The dynamic-shape rule of layernorm_backward and rmsnorm_backward, as :func:`dynamic_rownorm`:
+    the normalized axes are fixed, the others vary (dy and dx follow x); the scale, dscale and
+    dbias are fixed; the statistics follow x on the axes they share with it."""
+    at = node.attrs
+    x = f.dims(at.x_uid)
+    axes = norm_axes(x, f.dims(at.scale_uid), getattr(at, "normalized_dim_count", 0))
+    for i in range(len(x)):
+        for u in (at.dy_uid, at.dx_uid):
+            f.union((at.x_uid, i), (u, i))
+        f.mark((at.x_uid, i), FIXED if i in axes else VARY, "N" if i == 0 else "S")
+    for name in ("scale_uid", "dscale_uid", "dbias_uid"):
+        u = getattr(at, name, ABSENT)
+        if u != ABSENT:
             for i in range(len(f.dims(u))):
                 f.mark((u, i), FIXED)
     for name in ("mean_uid", "inv_variance_uid", "inv_rms_uid"):

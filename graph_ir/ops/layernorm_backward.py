@@ -1,8 +1,15 @@
-"""layernorm_backward: its OpDef (being built: parsed and refused until its emitter, reference and frontend method exist)."""
+"""layernorm_backward: its OpDef (rules in _norm.py)."""
 from __future__ import annotations
 
-from graph_ir.desc import ATTRS_BY_KIND, OpKind
+from graph_ir.desc import LayernormBackwardAttrs, OpKind
 from graph_ir.opdef import OpDef, register
-from graph_ir.ops._parse_only import outputs_as_declared
+from graph_ir.ops._norm import check_layernorm_backward, dynamic_rownorm_backward
 
-OPDEF = register(OpDef(OpKind.LAYERNORM_BACKWARD, ATTRS_BY_KIND[OpKind.LAYERNORM_BACKWARD], outputs_as_declared, supported=False))
+
+def infer(node, dims) -> dict:
+    return check_layernorm_backward(node.attrs, dims)
+
+
+OPDEF = register(OpDef(OpKind.LAYERNORM_BACKWARD, LayernormBackwardAttrs, infer, dynamic_rownorm_backward,
+                       frontend_method="layernorm_backward", facade_methods=("layernorm_backward",),
+                       traits=frozenset({"normalization"}), stride_order_from=(("dx_uid", "x_uid"),)))

@@ -1,8 +1,15 @@
-"""rmsnorm_backward: its OpDef (being built: parsed and refused until its emitter, reference and frontend method exist)."""
+"""rmsnorm_backward: its OpDef (rules in _norm.py)."""
 from __future__ import annotations
 
-from graph_ir.desc import ATTRS_BY_KIND, OpKind
+from graph_ir.desc import OpKind, RmsnormBackwardAttrs
 from graph_ir.opdef import OpDef, register
-from graph_ir.ops._parse_only import outputs_as_declared
+from graph_ir.ops._norm import check_rmsnorm_backward, dynamic_rownorm_backward
 
-OPDEF = register(OpDef(OpKind.RMSNORM_BACKWARD, ATTRS_BY_KIND[OpKind.RMSNORM_BACKWARD], outputs_as_declared, supported=False))
+
+def infer(node, dims) -> dict:
+    return check_rmsnorm_backward(node.attrs, dims)
+
+
+OPDEF = register(OpDef(OpKind.RMSNORM_BACKWARD, RmsnormBackwardAttrs, infer, dynamic_rownorm_backward,
+                       frontend_method="rmsnorm_backward", facade_methods=("rmsnorm_backward",),
+                       traits=frozenset({"normalization"}), stride_order_from=(("dx_uid", "x_uid"),)))

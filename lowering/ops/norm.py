@@ -25,7 +25,7 @@ from lowering._context import LowerContext
 from lowering._emit import FLOAT_TYPES, Emitter, Value
 from graph_ir._fbs.graph_generated import NormFwdPhase, ReductionMode
 from lowering._registry import register_lowering
-from graph_ir.desc import GraphError, NodeDesc, OpKind
+from graph_ir.desc import ABSENT, GraphError, NodeDesc, OpKind
 from graph_ir.ops._norm import (REDUCTION_MODES, check_batchnorm, check_layernorm, check_reduction_mode, check_rmsnorm,
                                norm_axes, reduced_axes)
 from lowering.ops.pointwise import _Math
@@ -282,10 +282,17 @@ def lower_rmsnorm(ctx: LowerContext, node: NodeDesc) -> None:
     first = norm_axes(x.shape, scale.shape)[0]
     _, inv = _row_stats(em, x, acc, ctx.tensor(at.epsilon_uid).scalar_value, centered=False, first=first)
     ins = [x, inv, scale]
+    if at.bias_uid != ABSENT:
+        ins.append(ctx.value(at.bias_uid))
 
     def body(args):
         m = _Math(em, acc)
-        xv, iv, sv = (em.cast(a, v.elem, acc) for a, v in zip(args, ins))
-        return em.cast(m.mul(m.mul(xv, iv), sv), acc, out)
+        vals = [em.cast(a, v.elem, acc) for a, v in zip(args, ins)]
+        y = m.mul(m.mul(vals[0], vals[1]), vals[2])
+        if len(vals) == 4:
+            y = m.add(y, vals[3])
+        return em.cast(y, acc, out)
 
     ctx.define(at.y_uid, em.elementwise(ins, x.shape, out, body))
+    if at.phase == NormFwdPhase.TRAINING:
+        ctx.define(at.inv_rms_uid, inv)

@@ -99,25 +99,6 @@ class NormOps:
                              outs, {"phase": int(phase)})
         return (res[0], res[1], res[2]) if len(res) == 3 else (res[0], None, None)
 
-    def rmsnorm(self, x, scale, epsilon=1e-5, compute_data_type=None, name=None) -> TensorAttributes:
-        """RMS normalization: ``y = x / sqrt(mean(x^2) + epsilon) * scale``.
-
-        The mean is taken over the axes the scale spans, as in :meth:`layernorm`:
-        ``[1, *x.dims[1:]]`` for every axis after the batch axis, ``[1, 1, E]``
-        or ``[E]`` for the last axis of ``[B, S, E]``. The node is written with
-        forward_phase INFERENCE.
-
-        Example:
-            >>> import hipdnn_iree as hd
-            >>> g = hd.Graph(io_data_type=hd.DataType.FLOAT)
-            >>> x = g.tensor(name="X", uid=1, dim=[4, 64])
-            >>> y = g.rmsnorm(x, g.tensor(name="scale", uid=2, dim=[1, 64]), epsilon=1e-6)
-        """
-        name = self._norm_name(OpKind.RMSNORM, name, epsilon)
-        return self._add_node(OpKind.RMSNORM, name, compute_data_type,
-                              {"x_uid": x, "scale_uid": scale, "epsilon_uid": epsilon}, ["y_uid"],
-                              {"phase": int(NormFwdPhase.INFERENCE)})[0]
-
     def _norm_name(self, kind: OpKind, name, epsilon) -> str:
         """The node's name; checks a known epsilon value now.
 

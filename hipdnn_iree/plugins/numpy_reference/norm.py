@@ -85,10 +85,15 @@ def layernorm(x: np.ndarray, scale, bias, eps: float, count: int = 0):
     return (x - mean) * inv * _f64(scale) + _f64(bias), mean, inv
 
 
-def rmsnorm(x: np.ndarray, scale, eps: float) -> np.ndarray:
+def rmsnorm(x: np.ndarray, scale, eps: float, bias=None, with_stats: bool = False):
+    """``y = x / sqrt(mean(x^2) + eps) * scale (+ bias)`` over :func:`normalized_axes`; with
+    ``with_stats``, ``(y, inv_rms)`` (inv_rms keeps x's rank, 1 on the normalized axes)."""
     x = _f64(x)
     ms = (x * x).mean(axis=normalized_axes(x.shape, np.shape(scale)), keepdims=True)
-    return x / np.sqrt(ms + eps) * _f64(scale)
+    y = x / np.sqrt(ms + eps) * _f64(scale)
+    if bias is not None:
+        y = y + _f64(bias)
+    return (y, 1.0 / np.sqrt(ms + eps)) if with_stats else y
 
 
 @register_reference(OpKind.LAYERNORM)
@@ -105,7 +110,12 @@ def ref_layernorm(node: NodeDesc, env: dict) -> dict:
 @register_reference(OpKind.RMSNORM)
 def ref_rmsnorm(node: NodeDesc, env: dict) -> dict:
     at = node.attrs
-    return {at.y_uid: rmsnorm(env[at.x_uid], env[at.scale_uid], _scalar(env[at.epsilon_uid]))}
+    bias = env[at.bias_uid] if at.bias_uid != ABSENT else None
+    y, inv = rmsnorm(env[at.x_uid], env[at.scale_uid], _scalar(env[at.epsilon_uid]), bias, with_stats=True)
+    out = {at.y_uid: y}
+    if at.phase == NormFwdPhase.TRAINING and at.inv_rms_uid != ABSENT:
+        out[at.inv_rms_uid] = inv
+    return out
 
 
 def _scalar(v) -> float:
