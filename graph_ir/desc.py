@@ -707,8 +707,6 @@ NOT_YET_LOWERED = {
     OpKind.BATCHNORM_BACKWARD,
     OpKind.BATCHNORM_INFERENCE_VARIANCE_EXT,
     OpKind.SDPA_BACKWARD,
-    OpKind.RESAMPLE_FWD,
-    OpKind.RESAMPLE_BWD,
 }
 
 # The kinds this project lowers: those not in PARSE_ONLY (graph_ir.opdef.check_registry checks that each
