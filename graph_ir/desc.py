@@ -371,7 +371,7 @@ class RmsnormAttrs(_Attrs):
 _SDPA_UNHONOURED = ("seq_len_q_uid", "seq_len_kv_uid", "seed_uid", "offset_uid", "dropout_mask_uid",
                     "dropout_scale_uid", "page_table_k_uid", "page_table_v_uid", "block_mask_uid", "sink_token_uid",
                     "descale_q_uid", "descale_k_uid", "descale_v_uid", "descale_s_uid", "scale_s_uid",
-                    "scale_o_uid", "stats_uid", "max_uid", "sum_exp_uid", "rng_dump_uid", "amax_s_uid",
+                    "scale_o_uid", "max_uid", "sum_exp_uid", "rng_dump_uid", "amax_s_uid",
                     "amax_o_uid", "alibi_mask", "padding_mask", "causal_mask_bottom_right", "dropout_probability",
                     "left_bound", "max_seq_len_kv", "mma_core_mode")
 
@@ -381,7 +381,9 @@ class SdpaAttrs(_Attrs):
     """``is_causal`` is hipDNN's ``causal_mask`` (top-left aligned); a graph that says causal
     the newer way (``right_bound = 0``, TOP_LEFT alignment, no left bound) decodes to the same.
     The scale is ``attn_scale_value`` or the one-element tensor ``scale_tensor_uid`` (a
-    constant, or a tensor bound at execute), not both; neither means ``1/sqrt(head_dim)``."""
+    constant, or a tensor bound at execute), not both; neither means ``1/sqrt(head_dim)``.
+    ``stats_uid`` (with ``generate_stats`` true or unset) is the log-sum-exp of each query's
+    scaled, masked scores, FLOAT ``[B, Hq, Sq, 1]``: the saved statistic of sdpa_backward."""
 
     KIND: ClassVar[OpKind] = OpKind.SDPA
     RENAME: ClassVar = {'attn_mask_tensor_uid': 'mask_uid', 'causal_mask': 'is_causal', 'attn_scale_value': 'attn_scale'}
@@ -441,8 +443,6 @@ class SdpaAttrs(_Attrs):
 
     def unsupported(self):
         bad = self._set(*_SDPA_UNHONOURED)
-        if self.generate_stats:
-            bad.append("generate_stats")
         if self.right_bound is not None and (self.right_bound != 0 or self.diagonal_alignment != 0):
             bad.append("right_bound" if self.right_bound != 0 else "diagonal_alignment")
         if self.is_causal and self.diagonal_alignment != 0:
@@ -450,7 +450,8 @@ class SdpaAttrs(_Attrs):
         if not bad:
             return None
         return (f"sdpa fields {sorted(set(bad))} are not supported (this engine does q/k/v/o, an optional "
-                "attn_mask, attn_scale_value or scale_tensor_uid, and top-left causal masking)")
+                "attn_mask, attn_scale_value or scale_tensor_uid, top-left causal masking and generate_stats "
+                "with stats_uid)")
 
 
 # ---------------------------------------------------------------------------
@@ -706,7 +707,6 @@ NOT_YET_LOWERED = {
     OpKind.BATCHNORM,
     OpKind.BATCHNORM_BACKWARD,
     OpKind.BATCHNORM_INFERENCE_VARIANCE_EXT,
-    OpKind.SDPA_BACKWARD,
 }
 
 # The kinds this project lowers: those not in PARSE_ONLY (graph_ir.opdef.check_registry checks that each

@@ -132,10 +132,19 @@ def _sdpa(g):
     g.sdpa(q, k, v, attn_scale=0.25, mask=mask).set_output(True).set_uid(5)
 
 
+def _sdpa_backward(g):
+    q = g.tensor(name="Q", uid=1, dim=[1, 4, 16, 8])
+    k, v = (g.tensor(name=n, uid=u, dim=[1, 2, 32, 8]) for u, n in ((2, "K"), (3, "V")))
+    o, do = (g.tensor(name=n, uid=u, dim=[1, 4, 16, 8]) for u, n in ((4, "O"), (5, "dO")))
+    stats = g.tensor(name="stats", uid=6, dim=[1, 4, 16, 1])
+    for t, u in zip(g.sdpa_backward(q, k, v, o, do, stats, attn_scale=0.25, is_causal=True), (7, 8, 9)):
+        t.set_output(True).set_uid(u)
+
+
 FRONTEND_GRAPHS = {OpKind.POINTWISE: _pointwise, OpKind.MATMUL: _matmul, OpKind.CONV_FPROP: _conv,
                    OpKind.CONV_DGRAD: _dgrad, OpKind.CONV_WGRAD: _wgrad, OpKind.REDUCTION: _reduction,
                    OpKind.BATCHNORM_INFERENCE: _batchnorm, OpKind.LAYERNORM: _layernorm, OpKind.RMSNORM: _rmsnorm,
-                   OpKind.SDPA: _sdpa}
+                   OpKind.SDPA: _sdpa, OpKind.SDPA_BACKWARD: _sdpa_backward}
 
 
 def test_every_lowered_op_kind_has_a_frontend_round_trip():

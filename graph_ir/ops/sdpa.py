@@ -63,8 +63,9 @@ def check_scale_dims(dims: tuple) -> None:
 _FLOAT_COMPUTE = (D.UNSET, D.FLOAT, D.HALF, D.BFLOAT16, D.DOUBLE)
 
 
-def infer(node, dims) -> dict:
-    """Checks q/k/v/mask dims, attn_scale and the compute type; returns o's dims."""
+def check_common(node, dims) -> tuple:
+    """Checks q/k/v/mask dims, the scale and the compute type (shared with sdpa_backward); returns
+    o's dims ``[B, Hq, Sq, Dv]``."""
     at = node.attrs
     q, k, v = dims(at.q_uid), dims(at.k_uid), dims(at.v_uid)
     out = sdpa_shape(q, k, v)
@@ -85,11 +86,51 @@ def infer(node, dims) -> dict:
     if node.compute_data_type not in _FLOAT_COMPUTE:
         raise GraphError(f"field 'compute_data_type' value {data_type_name(node.compute_data_type)}: "
                          f"sdpa computes in a float type")
-    return {at.o_uid: out}
+    return out
+
+
+def stats_shape(q: tuple) -> tuple[int, ...]:
+    """The statistics' dims ``[B, Hq, Sq, 1]`` (one log-sum-exp per query row).
+
+    Example:
+        >>> stats_shape((2, 4, 8, 16))
+        (2, 4, 8, 1)
+    """
+    return (q[0], q[1], q[2], 1)
+
+
+def infer(node, dims) -> dict:
+    """Checks q/k/v/mask dims, attn_scale, the compute type and the stats flag; returns o's (and
+    stats') dims."""
+    at = node.attrs
+    out = check_common(node, dims)
+    if at.generate_stats and at.stats_uid == ABSENT:
+        raise GraphError("field 'generate_stats' is true but 'stats_uid' names no tensor")
+    if at.generate_stats is False and at.stats_uid != ABSENT:
+        raise GraphError(f"field 'stats_uid' ({at.stats_uid}) is set but generate_stats is false")
+    res = {at.o_uid: out}
+    if at.stats_uid != ABSENT:
+        res[at.stats_uid] = stats_shape(dims(at.q_uid))
+    return res
+
+
+def dynamic_stats(f: Facts, q: int, stats: int) -> None:
+    """stats ``[B, Hq, Sq, 1]`` follows q's batch, heads and query length."""
+    for i in range(3):
+        f.union((q, i), (stats, i))
+    f.mark((stats, 3), FIXED)
 
 
 def dynamic(f: Facts, node):
     at = node.attrs
+    dynamic_qkvo(f, at)
+    if at.stats_uid != ABSENT:
+        dynamic_stats(f, at.q_uid, at.stats_uid)
+
+
+def dynamic_qkvo(f: Facts, at) -> None:
+    """The rule for q, k, v, o, the mask and the scale tensor (sdpa's, shared with sdpa_backward):
+    B, S_q and S_kv vary, heads and head dims are fixed."""
     q, k, v, o = at.q_uid, at.k_uid, at.v_uid, at.o_uid
     for u in (k, v, o):
         f.union((q, 0), (u, 0))

@@ -34,6 +34,12 @@ Composition (:func:`lower_composition`, the fallback):
 3. ``m = max_j l`` (numerically stable softmax), ``e = exp(l - m)``, ``z = sum_j e``,
 4. ``acc = e v`` (contraction over Skv), ``o = acc / z``.
 
+Statistics (``generate_stats``, ``stats_uid``): always the composition, which has ``m`` and ``z``
+at hand: ``stats = m + log z`` (``m`` read as 0 for a fully masked row, whose stats is then
+``log 0 = -inf``), ``[B, Hq, Sq, 1]`` in the compute type, rounded once to stats' type. The fused
+op gives no statistics. sdpa_backward (lowering/ops/sdpa_backward.py) reuses steps 1-2
+(:func:`masked_logits`) and the row layout (:class:`_Rows`).
+
 Everything runs in the compute type (f32 unless set) and is rounded once to
 o's type. Grouped-query attention (``Hk < Hq``, ``Hq % Hk == 0``) splits the
 query head axis into ``[Hk, G]`` with ``tensor.expand_shape`` so every
@@ -154,6 +160,23 @@ def _scale_scalar(em: Emitter, scale: float | Value, elem: str) -> str:
     return em.const(scale, elem)
 
 
+def user_mask(ctx: LowerContext, node: NodeDesc, scores: tuple) -> Value | None:
+    """The node's ``mask_uid`` value (None without one), checked against the scores' dims."""
+    at = node.attrs
+    if at.mask_uid == ABSENT:
+        return None
+    what = node.name
+    kind = "sdpa" if node.attrs.KIND == OpKind.SDPA else "sdpa_backward"
+    mask = ctx.value(at.mask_uid)
+    if mask.elem not in FLOAT_TYPES and mask.elem != "i1":
+        raise GraphError(f"{kind} '{what}': mask element type {mask.elem} is not supported; use a "
+                         f"BOOLEAN (true = keep) or a float (additive) mask", "unsupported")
+    if not mask_broadcasts(mask.shape, scores):
+        raise GraphError(f"{kind} '{what}': field 'mask_uid' dims {list(mask.shape)} do not broadcast "
+                         f"to the scores [{', '.join(map(str, scores))}]")
+    return mask
+
+
 @register_lowering(OpKind.SDPA)
 def lower_sdpa(ctx: LowerContext, node: NodeDesc) -> None:
     at = node.attrs
@@ -168,16 +191,14 @@ def lower_sdpa(ctx: LowerContext, node: NodeDesc) -> None:
     b, hq, sq, d = q.shape
     skv = k.shape[2]
     scale = sdpa_scale(ctx, node, d)
-    mask = None
-    if at.mask_uid != ABSENT:
-        mask = ctx.value(at.mask_uid)
-        if mask.elem not in FLOAT_TYPES and mask.elem != "i1":
-            raise GraphError(f"sdpa '{node.name}': mask element type {mask.elem} is not supported; use a "
-                                f"BOOLEAN (true = keep) or a float (additive) mask", "unsupported")
-        if not mask_broadcasts(mask.shape, (b, hq, sq, skv)):
-            raise GraphError(f"sdpa '{node.name}': field 'mask_uid' dims {list(mask.shape)} do not broadcast "
-                                f"to the scores [{b}, {hq}, {sq}, {skv}]")
+    mask = user_mask(ctx, node, (b, hq, sq, skv))
     blocker = fused_path_blocker(q.elem, k.elem, v.elem, mask and mask.elem, ct)
+    if at.stats_uid != ABSENT:
+        # NOTE: the fused op returns o only; the composition's row max and row sum give the stats.
+        o, stats = lower_composition(ctx.em, q, k, v, mask, scale, at.is_causal, ct, with_stats=True)
+        ctx.define(at.o_uid, o)
+        ctx.define(at.stats_uid, stats)
+        return
     if blocker is None and not ctx.policy.sdpa_fused:
         # NOTE: the policy's default (lowering/policy.py): composed on CPUs, where IREE 3.13's code for
         # the fused op walks one query and two keys at a time ([1,8,512,64] f16 causal: 16 vs 470 ms);
@@ -348,61 +369,24 @@ def _zero_fully_masked(em: Emitter, o: Value, o_axes: list[str], op_mask, k2d: s
 
 
 def lower_composition(em: Emitter, q: Value, k: Value, v: Value, mask: Value | None, scale: float | Value,
-                      causal: bool, ct: str) -> Value:
+                      causal: bool, ct: str, with_stats: bool = False):
     """sdpa as a chain of ``linalg.generic`` ops in compute type ``ct`` (the fallback; steps in the module doc).
 
     ``scale`` is a number, or a rank-0 tensor (a scale bound at execute) read in the logits pass.
+    Returns ``o``; with ``with_stats``, ``(o, stats)``: stats ``[B, Hq, Sq, 1]`` in ``ct`` is
+    ``m + log z`` (the row max plus the log of the shifted row sum, i.e. the log-sum-exp of the
+    logits), emitted after o's ops; a fully masked row has ``m = -inf`` (shift 0) and ``z = 0``,
+    so its stats is ``log 0 = -inf``.
     """
-    b, hq, sq, d = q.shape
-    hk, skv, dv = k.shape[1], k.shape[2], v.shape[3]
-    grp = hq // hk
+    lay = _Rows(em, q, k, ct)
+    q = lay.q
+    rows, nr, dn, row_d, kv_head = lay.rows, lay.nr, lay.dn, lay.row_d, lay.kv_head
+    hk, dv, grp = lay.hk, v.shape[3], lay.grp
+    mm = lay.mul
 
-    # Head axes of the iteration domain: [Hq], or [Hk, G] for grouped-query attention.
-    heads = (hq,) if grp == 1 else (hk, grp)
-    if grp > 1:
-        q = _split_heads(em, q, 1, hk, grp)
-    rows = (b,) + heads + (sq,)            # one softmax row per (batch, heads..., query)
-    nr = len(rows)
-    dn = [f"d{i}" for i in range(nr + 2)]  # rows..., then two more axes
-    row_d, kv_head = dn[:nr], [dn[0], dn[1]]  # kv tensors index batch and the first head axis
-
-    def mm(x, y, ct=ct):
-        return em.op(f"arith.mulf {x}, {y} : {ct}")
-
-    # 1. s[rows, j] = sum_d q[rows, d] * k[b, hk, j, d]
-    s_shape = rows + (skv,)
-    j_ax, r_ax = dn[nr], dn[nr + 1]
-    s = em.generic(
-        [(q, _amap(nr + 2, row_d + [r_ax])), (k, _amap(nr + 2, kv_head + [j_ax, r_ax]))],
-        s_shape, ct, ["parallel"] * (nr + 1) + ["reduction"], _amap(nr + 2, row_d + [j_ax]),
-        lambda a: em.op(f"arith.addf {a[2]}, {mm(em.cast(a[0], q.elem, ct), em.cast(a[1], k.elem, ct))} : {ct}"),
-        init=em.filled(s_shape, ct, 0.0))
-
-    # 2. logits: scale, then the user mask and the causal mask (masked -> -inf).
-    inputs = [s]
-    if mask is not None:
-        if grp > 1 and len(mask.shape) >= 3:
-            mask = em.reshape(mask, (1,) * (4 - len(mask.shape)) + mask.shape)
-            mask = _split_heads(em, mask, 1, *((hk, grp) if mask.shape[1] == hq else (1, 1)))
-        inputs.append(mask)
-    if isinstance(scale, Value):
-        inputs.append(scale)   # NOTE: rank 0: broadcast to every score
-
-    def logits(a):
-        sc = em.cast(a[len(inputs) - 1], scale.elem, ct) if isinstance(scale, Value) else em.const(scale, ct)
-        x = mm(a[0], sc)
-        if mask is not None and mask.elem == "i1":
-            x = em.op(f"arith.select {a[1]}, {x}, {em.const(-_INF, ct)} : {ct}")
-        elif mask is not None:
-            x = em.op(f"arith.addf {x}, {em.cast(a[1], mask.elem, ct)} : {ct}")
-        if causal:
-            i = em.op(f"linalg.index {nr - 1} : index")
-            j = em.op(f"linalg.index {nr} : index")
-            future = em.op(f"arith.cmpi ugt, {j}, {i} : index")
-            x = em.op(f"arith.select {future}, {em.const(-_INF, ct)}, {x} : {ct}")
-        return x
-
-    lg = em.elementwise(inputs, s_shape, ct, logits)
+    # 1. and 2.: s = q k^T, then the logits (scale, user mask, causal mask; masked -> -inf).
+    lg = masked_logits(em, lay, k, mask, scale, causal)
+    s_shape = lg.shape
 
     # 3. numerically stable softmax pieces: row max, exp(l - max), row sum.
     full, row = _amap(nr + 1, dn[:nr + 1]), _amap(nr + 1, row_d)
@@ -441,4 +425,100 @@ def lower_composition(em: Emitter, q: Value, k: Value, v: Value, mask: Value | N
     o = em.generic([(acc, full), (z, row)], acc_shape, ct, ["parallel"] * (nr + 1), full, normalize)
     if grp > 1:
         o = _merge_heads(em, o, 1)
-    return o
+    if not with_stats:
+        return o
+
+    def lse(a):
+        ninf = em.op(f"arith.cmpf oeq, {a[0]}, {em.const(-_INF, ct)} : {ct}")
+        shift = em.op(f"arith.select {ninf}, {em.const(0.0, ct)}, {a[0]} : {ct}")
+        return em.op(f"arith.addf {shift}, {em.op(f'math.log {a[1]} : {ct}')} : {ct}")
+
+    ident = _ident(nr)
+    st = em.generic([(m, ident), (z, ident)], rows, ct, ["parallel"] * nr, ident, lse)
+    return o, lay.stats_out(st)
+
+
+class _Rows:
+    """The iteration layout of sdpa's composition and of its backward: one softmax row per
+    ``(batch, heads..., query)``, heads ``[Hq]`` or ``[Hk, G]`` for grouped-query attention (q
+    split with ``tensor.expand_shape``, so every indexing map stays a projected permutation and
+    query head ``h`` reads kv head ``h // G``)."""
+
+    def __init__(self, em: Emitter, q: Value, k: Value, ct: str):
+        self.em, self.ct = em, ct
+        b, hq, sq, d = q.shape
+        self.hk, self.skv = k.shape[1], k.shape[2]
+        self.grp = hq // self.hk
+        self.heads = (hq,) if self.grp == 1 else (self.hk, self.grp)
+        self.q = self.split(q)
+        self.rows = (b,) + self.heads + (sq,)
+        self.nr = len(self.rows)
+        self.dn = [f"d{i}" for i in range(self.nr + 2)]   # rows..., then two more axes
+        self.row_d = self.dn[:self.nr]
+        self.kv_head = [self.dn[0], self.dn[1]]            # kv tensors index batch and the first head axis
+
+    def split(self, x: Value) -> Value:
+        """A ``[B, Hq, ...]`` tensor with its head axis split as the rows are."""
+        return _split_heads(self.em, x, 1, self.hk, self.grp) if self.grp > 1 else x
+
+    def merge(self, x: Value) -> Value:
+        return _merge_heads(self.em, x, 1) if self.grp > 1 else x
+
+    def mul(self, x, y, ct=None):
+        ct = ct or self.ct
+        return self.em.op(f"arith.mulf {x}, {y} : {ct}")
+
+    def stats_out(self, st: Value) -> Value:
+        """Row values ``rows`` -> ``[B, Hq, Sq, 1]``."""
+        st = self.merge(st)
+        return self.em.reshape(st, st.shape + (1,))
+
+    def stats_in(self, st: Value) -> Value:
+        """``[B, Hq, Sq, 1]`` -> row values ``rows`` (in the stats' own element type)."""
+        st = self.em.reshape(st, st.shape[:3])
+        return self.split(st)
+
+
+def masked_logits(em: Emitter, lay: _Rows, k: Value, mask: Value | None, scale: float | Value,
+                  causal: bool) -> Value:
+    """Steps 1 and 2 of the composition: ``s = q k^T`` over ``lay``'s rows, then the logits
+    ``[rows..., Skv]`` in ``lay.ct`` (scale, then the mask: boolean keeps where true, float is added;
+    causal: key ``j`` kept for query ``i`` iff ``j <= i``; masked -> -inf)."""
+    q, ct, nr, dn, row_d, kv_head = lay.q, lay.ct, lay.nr, lay.dn, lay.row_d, lay.kv_head
+    hk, grp, skv = lay.hk, lay.grp, lay.skv
+    mm = lay.mul
+
+    # 1. s[rows, j] = sum_d q[rows, d] * k[b, hk, j, d]
+    s_shape = lay.rows + (skv,)
+    j_ax, r_ax = dn[nr], dn[nr + 1]
+    s = em.generic(
+        [(q, _amap(nr + 2, row_d + [r_ax])), (k, _amap(nr + 2, kv_head + [j_ax, r_ax]))],
+        s_shape, ct, ["parallel"] * (nr + 1) + ["reduction"], _amap(nr + 2, row_d + [j_ax]),
+        lambda a: em.op(f"arith.addf {a[2]}, {mm(em.cast(a[0], q.elem, ct), em.cast(a[1], k.elem, ct))} : {ct}"),
+        init=em.filled(s_shape, ct, 0.0))
+
+    # 2. logits: scale, then the user mask and the causal mask (masked -> -inf).
+    inputs = [s]
+    if mask is not None:
+        if grp > 1 and len(mask.shape) >= 3:
+            mask = em.reshape(mask, (1,) * (4 - len(mask.shape)) + mask.shape)
+            mask = _split_heads(em, mask, 1, *((hk, grp) if mask.shape[1] == hk * grp else (1, 1)))
+        inputs.append(mask)
+    if isinstance(scale, Value):
+        inputs.append(scale)   # NOTE: rank 0: broadcast to every score
+
+    def logits(a):
+        sc = em.cast(a[len(inputs) - 1], scale.elem, ct) if isinstance(scale, Value) else em.const(scale, ct)
+        x = mm(a[0], sc)
+        if mask is not None and mask.elem == "i1":
+            x = em.op(f"arith.select {a[1]}, {x}, {em.const(-_INF, ct)} : {ct}")
+        elif mask is not None:
+            x = em.op(f"arith.addf {x}, {em.cast(a[1], mask.elem, ct)} : {ct}")
+        if causal:
+            i = em.op(f"linalg.index {nr - 1} : index")
+            j = em.op(f"linalg.index {nr} : index")
+            future = em.op(f"arith.cmpi ugt, {j}, {i} : index")
+            x = em.op(f"arith.select {future}, {em.const(-_INF, ct)}, {x} : {ct}")
+        return x
+
+    return em.elementwise(inputs, s_shape, ct, logits)
