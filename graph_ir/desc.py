@@ -488,6 +488,11 @@ class BatchnormAttrs(_Attrs):
             return "batchnorm field peer_stats (statistics shared across devices) is not supported"
         return None
 
+    def __post_init__(self):
+        super().__post_init__()
+        # NOTE: any iterable of uids (the frontend's reads the peer tensors' uids once they have them)
+        object.__setattr__(self, "peer_stats_uids", tuple(int(u) for u in self.peer_stats_uids))
+
 
 @dataclass(frozen=True)
 class BatchnormBackwardAttrs(_Attrs):
@@ -511,6 +516,11 @@ class BatchnormBackwardAttrs(_Attrs):
         if self.peer_stats_uids:
             return "batchnorm_backward field peer_stats (statistics shared across devices) is not supported"
         return None
+
+    def __post_init__(self):
+        super().__post_init__()
+        # NOTE: any iterable of uids (the frontend's reads the peer tensors' uids once they have them)
+        object.__setattr__(self, "peer_stats_uids", tuple(int(u) for u in self.peer_stats_uids))
 
 
 @dataclass(frozen=True)
@@ -703,11 +713,7 @@ PARSE_ONLY = {
 # Training kinds whose OpDefs are still being built: graph_ir/ops/<kind>.py registers each with
 # supported=False until its emitter, reference and frontend method exist (one line per kind; a kind
 # leaves this set when its OpDef becomes supported).
-NOT_YET_LOWERED = {
-    OpKind.BATCHNORM,
-    OpKind.BATCHNORM_BACKWARD,
-    OpKind.BATCHNORM_INFERENCE_VARIANCE_EXT,
-}
+NOT_YET_LOWERED: set = set()
 
 # The kinds this project lowers: those not in PARSE_ONLY (graph_ir.opdef.check_registry checks that each
 # has a supported OpDef).

@@ -111,6 +111,27 @@ def _batchnorm(g):
     g.batchnorm_inference(x, *stats).set_output(True).set_uid(9)
 
 
+def _batchnorm_train(g):
+    x = g.tensor(name="X", uid=1, dim=[2, 3, 4, 4], stride=[48, 1, 12, 3])
+    s, b, rm, rv = (g.tensor(name=n, uid=u, dim=[1, 3, 1, 1]) for u, n in enumerate(["scale", "bias", "rm", "rv"], 2))
+    outs = g.batchnorm(x, s, b, epsilon=1e-3, momentum=0.2, in_running_mean=rm, in_running_var=rv)
+    for t, u in zip(outs, range(10, 15)):
+        t.set_output(True).set_uid(u)
+
+
+def _batchnorm_backward(g):
+    dy, x = g.tensor(name="DY", uid=1, dim=[2, 3, 4]), g.tensor(name="X", uid=2, dim=[2, 3, 4])
+    s, m, v = (g.tensor(name=n, uid=u, dim=[1, 3, 1]) for u, n in enumerate(["scale", "mean", "iv"], 3))
+    for t, u in zip(g.batchnorm_backward(dy, x, s, mean=m, inv_variance=v), (10, 11, 12)):
+        t.set_output(True).set_uid(u)
+
+
+def _batchnorm_variance(g):
+    x = g.tensor(name="X", uid=1, dim=[2, 3, 4, 4])
+    m, v, s, b = (g.tensor(name=n, uid=u, dim=[1, 3, 1, 1]) for u, n in enumerate(["mean", "var", "scale", "bias"], 2))
+    g.batchnorm_inference(x, m, scale=s, bias=b, variance=v, epsilon=1e-3).set_output(True).set_uid(9)
+
+
 def _layernorm(g):
     x = g.tensor(name="X", uid=1, dim=[4, 6])
     s, b = g.tensor(name="scale", uid=2, dim=[1, 6]), g.tensor(name="bias", uid=3, dim=[1, 6])
@@ -143,7 +164,10 @@ def _sdpa_backward(g):
 
 FRONTEND_GRAPHS = {OpKind.POINTWISE: _pointwise, OpKind.MATMUL: _matmul, OpKind.CONV_FPROP: _conv,
                    OpKind.CONV_DGRAD: _dgrad, OpKind.CONV_WGRAD: _wgrad, OpKind.REDUCTION: _reduction,
-                   OpKind.BATCHNORM_INFERENCE: _batchnorm, OpKind.LAYERNORM: _layernorm, OpKind.RMSNORM: _rmsnorm,
+                   OpKind.BATCHNORM_INFERENCE: _batchnorm, OpKind.BATCHNORM: _batchnorm_train,
+                   OpKind.BATCHNORM_BACKWARD: _batchnorm_backward,
+                   OpKind.BATCHNORM_INFERENCE_VARIANCE_EXT: _batchnorm_variance,
+                   OpKind.LAYERNORM: _layernorm, OpKind.RMSNORM: _rmsnorm,
                    OpKind.SDPA: _sdpa, OpKind.SDPA_BACKWARD: _sdpa_backward}
 
 

@@ -1,5 +1,5 @@
 """Frontend methods and shape inference for reduction and normalization ops:
-reduction, batchnorm_inference, layernorm, rmsnorm.
+reduction, layernorm, rmsnorm (batchnorm_inference is in batchnorm_train.py).
 
 The mixin's methods land on `hd.Graph`; each op's validation and shape
 inference is its OpDef's (graph_ir/ops/reduction.py, batchnorm_inference.py,
@@ -41,26 +41,6 @@ class NormOps:
         mode = _enum(ReductionMode, mode, "reduction", "mode")
         return self._add_node(OpKind.REDUCTION, name, compute_data_type, {"x_uid": x}, ["y_uid"],
                               {"mode": int(mode)})[0]
-
-    def batchnorm_inference(self, x, mean, inv_variance, scale, bias, compute_data_type=None,
-                            name=None) -> TensorAttributes:
-        """``y = (x - mean) * inv_variance * scale + bias`` with per-channel statistics.
-
-        ``mean``, ``inv_variance``, ``scale`` and ``bias`` have dims ``[1, C, 1, ...]``
-        where ``C`` is axis 1 of ``x``; ``y`` has ``x``'s dims.
-
-        Example:
-            >>> import hipdnn_iree as hd
-            >>> g = hd.Graph(io_data_type=hd.DataType.FLOAT)
-            >>> x = g.tensor(name="X", uid=1, dim=[2, 3, 4, 4])
-            >>> m, v, s, b = (g.tensor(name=n, uid=u, dim=[1, 3, 1, 1]) for n, u in
-            ...               (("mean", 2), ("inv_var", 3), ("scale", 4), ("bias", 5)))
-            >>> g.batchnorm_inference(x, m, v, s, b).set_output(True).get_dim() is None
-            True
-        """
-        return self._add_node(OpKind.BATCHNORM_INFERENCE, name, compute_data_type,
-                              {"x_uid": x, "mean_uid": mean, "inv_variance_uid": inv_variance,
-                               "scale_uid": scale, "bias_uid": bias}, ["y_uid"])[0]
 
     def layernorm(self, x, scale, bias, epsilon=1e-5, forward_phase=NormFwdPhase.INFERENCE,
                   compute_data_type=None, name=None):
