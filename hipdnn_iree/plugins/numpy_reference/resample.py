@@ -1,7 +1,7 @@
 """numpy reference for pooling: resample (RESAMPLE_FWD) and resample_backward (RESAMPLE_BWD).
 
 Written from the definitions in float64, sharing nothing with the linalg lowering: x is padded
-(NaN marks padding), each output's window is gathered as a trailing axis of the ``prod(window)``
+(with a mask of what lies inside x), each output's window is gathered as a trailing axis of the ``prod(window)``
 offsets in row-major order (:func:`windows`), then
 - MAXPOOL: the maximum over the in-bounds elements; index = the first offset holding it;
 - AVGPOOL_INCLUDE_PADDING: the sum of the in-bounds elements / ``prod(window)``;
@@ -36,10 +36,7 @@ def _offsets(window):
     return list(itertools.product(*(range(w) for w in window)))
 
 
-def windows(x, window, stride, pre, post):
-    """``[N, C, *O, prod(window)]`` window elements of x padded by pre/post with NaN."""
-    xp = np.pad(np.asarray(x, np.float64), [(0, 0), (0, 0)] + list(zip(pre, post)), constant_values=np.nan)
-    out = _out(x.shape[2:], window, stride, pre, post)
+def _gather(xp, window, stride, out):
     parts = []
     for k in _offsets(window):
         sl = tuple(slice(ki, ki + (o - 1) * s + 1, s) for ki, o, s in zip(k, out, stride))
@@ -47,13 +44,22 @@ def windows(x, window, stride, pre, post):
     return np.stack(parts, axis=-1)
 
 
+def windows(x, window, stride, pre, post):
+    """``(values, inside)``: ``[N, C, *O, prod(window)]`` window elements of x padded by pre/post
+    (0 in the padding) and whether each lies inside x."""
+    x = np.asarray(x, np.float64)
+    pads = [(0, 0), (0, 0)] + list(zip(pre, post))
+    out = _out(x.shape[2:], window, stride, pre, post)
+    inside = np.pad(np.ones((1, 1) + x.shape[2:], bool), pads)
+    return _gather(np.pad(x, pads), window, stride, out), _gather(inside, window, stride, out)
+
+
 def pool_forward(x, mode, window, stride, pre, post):
     """``(y, index)``: index (int64, within the window) for MAXPOOL, else None."""
-    w = windows(x, window, stride, pre, post)
-    inside = ~np.isnan(w)
+    w, inside = windows(x, window, stride, pre, post)
     if mode == MAXPOOL:
         vals = np.where(inside, w, -np.inf)
-        idx = np.argmax(vals, axis=-1)                 # numpy: the first maximum
+        idx = np.argmax(vals, axis=-1)                 # numpy: the first maximum (a NaN wins)
         return np.take_along_axis(vals, idx[..., None], -1)[..., 0], idx
     total = np.where(inside, w, 0.0).sum(-1)
     div = math.prod(window) if mode == AVG_INCLUDE else inside.sum(-1)
