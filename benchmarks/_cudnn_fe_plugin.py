@@ -7,6 +7,9 @@ included). When the ``looseversion`` package is missing (the GPU machine has no 
 ``LooseVersion`` of this file's own takes its place: the suite compares
 ``LooseVersion(cudnn.backend_version_string())`` with strings such as "9.5.0".
 
+``HIPDNN_IREE_FE_SIDE=cudnn`` (the runner's real cuDNN side) leaves ``import cudnn`` to the
+nvidia-cudnn-frontend package, so the same files run on real cuDNN for comparison.
+
 ``HIPDNN_IREE_FE_CPU=1`` (a debugging aid for machines without a GPU, never the measurement):
 torch tensors the suite asks for on "cuda" are made on the CPU and the facade runs on IREE's
 CPU device, so the files can be stepped through where no GPU is. Results on the H200 are the
@@ -22,6 +25,8 @@ import types
 
 
 def _install_cudnn() -> None:
+    if os.environ.get("HIPDNN_IREE_FE_SIDE") == "cudnn":
+        return                     # the real cuDNN side: ``import cudnn`` is nvidia-cudnn-frontend's
     import hipdnn_iree.cudnn as facade
     sys.modules["cudnn"] = facade
 

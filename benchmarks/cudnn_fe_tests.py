@@ -1,7 +1,7 @@
 """Runs cuDNN frontend's own Python test files, unchanged, on this project's facade.
 
     python3 benchmarks/cudnn_fe_tests.py PATH/TO/cudnn-frontend/test/python [--files a.py b.py]
-        [--json out.json] [--md out.md] [--timeout 900] [-k EXPR]
+        [--json out.json] [--md out.md] [--timeout 900] [-k EXPR] [--sides facade cudnn] [--mhas-all]
 
 PATH is a checkout of cuDNN FE's ``test/python`` folder (its flat layout, e.g. tag v1.23.0; this
 script fetches nothing). Each file runs in a pytest process of its own, in that folder (its
@@ -10,14 +10,25 @@ script fetches nothing). Each file runs in a pytest process of its own, in that 
 tests passed, failed, errored and skipped, with the first failure's message; the table goes to
 stdout (and ``--md``), every test's outcome to ``--json``.
 
+``--sides facade cudnn`` (or ``HIPDNN_IREE_FE_SIDES="facade cudnn"``) runs every file twice: on the
+facade, then on real cuDNN (``import cudnn`` left to the nvidia-cudnn-frontend package: an importable
+one, or the wheel in ``.cudnn_whl/`` installed into a folder of its own with pip, no network), and
+records passed/failed/errors/skipped per file for both sides. test_mhas.py (tens of thousands of
+parametrizations) runs the selection ``MHAS_K`` (the features this engine could run: no ALiBi,
+padding, dropout, ragged, paged or left-bound cases; ``--mhas-all`` for every one) under a time
+cap of its own (``FILE_TIMEOUTS``, env ``HIPDNN_IREE_FE_MHAS_TIMEOUT``); a file stopped at its cap
+is interrupted (SIGINT) so pytest still writes the outcomes of the tests it finished.
+
 ``HIPDNN_IREE_FE_CPU=1`` runs the files on the CPU (tensors asked for on "cuda" made on the host):
 a debugging aid where no GPU is; the H200 run is the measurement (docs/cudnn_fe_tests.md).
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -30,7 +41,15 @@ ROOT = HERE.parent
 DEFAULT_FILES = ("test_conv_fprop.py", "test_wgrads.py", "test_conv_bias.py", "test_matmul_bias_relu.py",
                  "test_rmsnorm.py", "test_layernorm.py", "test_batchnorm.py", "test_instancenorm.py",
                  "test_conv_genstats.py", "test_conv_reduction.py", "test_kernel_cache.py",
-                 "test_deviceless_aot_compilation.py")
+                 "test_deviceless_aot_compilation.py", "test_mhas.py")
+
+# test_mhas.py: 27,648 forward and 4,608 backward parametrizations, most of them features this engine
+# refuses (xfail at validate); the default run takes the ones it could run (both dtypes, layouts, head
+# groups, bias, causal masks of both alignments, inference and training, forward and backward)
+MHAS_K = "paged0 and alibi0 and padding0 and dropout0 and ragged0 and left_bound0 or " \
+         "test_sdpa_backward and alibi0 and padding0 and dropout0 and ragged0 and left_bound0"
+FILE_TIMEOUTS = {"test_mhas.py": {"facade": 240.0, "cudnn": 120.0}}   # seconds, at most --timeout
+SIDES = ("facade", "cudnn")
 
 
 def _first_line(text: str, limit: int = 240) -> str:
@@ -41,20 +60,65 @@ def _first_line(text: str, limit: int = 240) -> str:
     return (text or "").strip().splitlines()[-1][:limit] if (text or "").strip() else ""
 
 
-def run_file(folder: Path, name: str, timeout: float, extra: list[str]) -> dict:
+def _cudnn_site() -> str | None:
+    """A folder where real cuDNN FE's ``cudnn`` imports from: None when it already imports here;
+    else the wheel in ``.cudnn_whl/`` installed with pip (no index, no dependencies) into a folder
+    of its own."""
+    probe = subprocess.run([sys.executable, "-c", "import cudnn, sys; sys.exit(0 if hasattr(cudnn, 'pygraph') and "
+                            "'hipdnn' not in cudnn.__file__ else 1)"], capture_output=True)
+    if probe.returncode == 0:
+        return None
+    site = Path(os.environ.get("TMPDIR", "/tmp")) / "cudnn_fe_real_site"
+    if not (site / "cudnn").exists():
+        wheels = sorted(glob.glob(str(ROOT / ".cudnn_whl" / "*.whl")))
+        if not wheels:
+            raise RuntimeError("real cuDNN side: no importable cudnn and no wheel in .cudnn_whl/")
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target",
+                        str(site), *wheels], check=True)
+    return str(site)
+
+
+def _cudnn_lib_dirs() -> list[str]:
+    """The cuDNN libraries torch brings (nvidia/cudnn/lib in a site folder), for the real side's loader."""
+    found = []
+    for entry in sys.path:
+        d = Path(entry or ".") / "nvidia" / "cudnn" / "lib"
+        if d.is_dir():
+            found.append(str(d))
+    return found
+
+
+def run_file(folder: Path, name: str, timeout: float, extra: list[str], side: str = "facade",
+             cudnn_site: str | None = None) -> dict:
     """One test file in a pytest process of its own: its tests' outcomes (from junit XML)."""
-    xml = Path(os.environ.get("TMPDIR", "/tmp")) / f"cudnn_fe_{os.getpid()}_{name}.xml"
+    xml = Path(os.environ.get("TMPDIR", "/tmp")) / f"cudnn_fe_{os.getpid()}_{side}_{name}.xml"
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(ROOT), str(folder)] +
-                                        ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    paths = [str(HERE), str(ROOT), str(folder)]
+    if side == "cudnn":
+        env["HIPDNN_IREE_FE_SIDE"] = "cudnn"
+        paths = [str(HERE), str(folder)] + ([cudnn_site] if cudnn_site else [])
+        libs = _cudnn_lib_dirs()
+        if libs:
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(libs + ([env["LD_LIBRARY_PATH"]] if env.get("LD_LIBRARY_PATH")
+                                                             else []))
+    env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     cmd = [sys.executable, "-m", "pytest", "-p", "_cudnn_fe_plugin", "-p", "no:cacheprovider", "-q",
            f"--junitxml={xml}", "-o", "junit_family=xunit1", name, *extra]
     t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        proc = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
-        out, rc = proc.stdout + proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as e:
-        out, rc = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or ""), "timeout"
+        out, _ = proc.communicate(timeout=timeout)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        # NOTE: SIGINT, not SIGKILL: pytest stops after the running test and still writes the junit
+        # XML of the tests it finished; killed only if it does not stop within a minute
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        rc = "timeout"
     seconds = time.perf_counter() - t0
     tests = []
     if xml.exists():
@@ -67,8 +131,9 @@ def run_file(folder: Path, name: str, timeout: float, extra: list[str]) -> dict:
                         outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
                         message = _first_line((el.get("message") or "") + "\n" + (el.text or ""))
                         break
+                xfail = outcome == "skipped" and "xfail" in (el.get("type") or "")
                 tests.append({"test": case.get("name"), "outcome": outcome, "message": message,
-                              "seconds": float(case.get("time") or 0)})
+                              "seconds": float(case.get("time") or 0), **({"xfail": True} if xfail else {})})
         finally:
             xml.unlink()
     counts = {k: sum(1 for t in tests if t["outcome"] == k) for k in ("passed", "failed", "error", "skipped")}
@@ -76,21 +141,29 @@ def run_file(folder: Path, name: str, timeout: float, extra: list[str]) -> dict:
     if rc not in (0, 1, 5) and not tests:
         first = {"test": "(collection)", "message": _first_line(out)}
         counts["error"] += 1
-    return {"file": name, "rc": rc, "seconds": round(seconds, 1), **counts, "tests": tests,
+    return {"file": name, "side": side, "rc": rc, "seconds": round(seconds, 1), **counts, "tests": tests,
             "first_failure": f"{first['test']}: {first['message']}" if first else "",
-            "output_tail": out[-4000:]}
+            "output_tail": (out or "")[-4000:]}
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| file | passed | failed | errors | skipped | s | first failure |", "|---|---|---|---|---|---|---|"]
+    """The per-file table; a side column (facade / cudnn) when both sides ran."""
+    sides = list(dict.fromkeys(r.get("side", "facade") for r in results))
+    both = len(sides) > 1
+    head = "| file |" + (" side |" if both else "") + " passed | failed | errors | skipped | s | first failure |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         msg = r["first_failure"].replace("|", "\\|")[:200]
-        lines.append(f"| {r['file'].removesuffix('.py')} | {r['passed']} | {r['failed']} | {r['error']} | "
-                     f"{r['skipped']} | {r['seconds']} | {msg} |")
-    tot = {k: sum(r[k] for r in results) for k in ("passed", "failed", "error", "skipped")}
-    ran = sum(tot.values())
-    lines.append(f"| **total** ({ran} tests) | {tot['passed']} | {tot['failed']} | {tot['error']} | {tot['skipped']} | "
-                 f"{round(sum(r['seconds'] for r in results), 1)} | |")
+        cut = " (cut at its time cap)" if r["rc"] == "timeout" else ""
+        side = f" {r.get('side', 'facade')} |" if both else ""
+        lines.append(f"| {r['file'].removesuffix('.py')} |{side} {r['passed']} | {r['failed']} | {r['error']} | "
+                     f"{r['skipped']} | {r['seconds']}{cut} | {msg} |")
+    for s in sides:
+        rs = [r for r in results if r.get("side", "facade") == s]
+        tot = {k: sum(r[k] for r in rs) for k in ("passed", "failed", "error", "skipped")}
+        side = f" {s} |" if both else ""
+        lines.append(f"| **total** ({sum(tot.values())} tests) |{side} {tot['passed']} | {tot['failed']} | "
+                     f"{tot['error']} | {tot['skipped']} | {round(sum(r['seconds'] for r in rs), 1)} | |")
     return "\n".join(lines)
 
 
@@ -101,15 +174,19 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--md", type=Path, default=None)
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per file")
-    ap.add_argument("-k", default=None, help="pytest -k expression")
+    ap.add_argument("-k", default=None, help="pytest -k expression (every file)")
+    ap.add_argument("--sides", nargs="+", choices=SIDES, default=None,
+                    help="facade, cudnn (real cuDNN FE) or both (default: HIPDNN_IREE_FE_SIDES, else facade)")
+    ap.add_argument("--mhas-all", action="store_true", help="every test_mhas.py parametrization (not MHAS_K)")
     args = ap.parse_args(argv)
     folder = args.folder.resolve()
     if not (folder / "conftest.py").exists():
         print(f"{folder}: no conftest.py: not cuDNN FE's test/python folder", file=sys.stderr)
         return 2
+    sides = args.sides or os.environ.get("HIPDNN_IREE_FE_SIDES", "facade").split()
     files = args.files or [f for f in DEFAULT_FILES if (folder / f).exists()]
-    extra = ["-k", args.k] if args.k else []
-    meta = {"cpu_mode": os.environ.get("HIPDNN_IREE_FE_CPU", "") not in ("", "0"), "python": sys.version.split()[0]}
+    meta = {"cpu_mode": os.environ.get("HIPDNN_IREE_FE_CPU", "") not in ("", "0"), "python": sys.version.split()[0],
+            "sides": sides, "mhas_k": None if args.mhas_all else MHAS_K}
     try:
         import hipdnn_iree.cudnn as cudnn
         meta.update(facade=cudnn.engine_version_string())
@@ -118,18 +195,35 @@ def main(argv=None) -> int:
     except Exception as e:                  # noqa: BLE001 - the table is still worth writing
         meta.update(meta_error=repr(e))
     results = []
-    for name in files:
-        r = run_file(folder, name, args.timeout, extra)
-        results.append(r)
-        print(f"{name}: {r['passed']} passed, {r['failed']} failed, {r['error']} errors, {r['skipped']} skipped "
-              f"({r['seconds']} s) {r['first_failure'][:160]}", flush=True)
-        # NOTE: written after each file, so a run cut short still leaves the files it finished
-        if args.json:
-            args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
-        if args.md:
-            args.md.write_text(table(results) + "\n")
+    for side in sides:
+        site = None
+        if side == "cudnn":
+            try:
+                site = _cudnn_site()
+            except Exception as e:          # noqa: BLE001 - the facade side's results still count
+                meta[f"{side}_error"] = repr(e)
+                print(f"real cuDNN side skipped: {e!r}", flush=True)
+                continue
+        for name in files:
+            extra = ["-k", args.k] if args.k else []
+            timeout = args.timeout
+            if name == "test_mhas.py":
+                if not args.k and not args.mhas_all:
+                    extra = ["-k", MHAS_K]
+                cap = os.environ.get("HIPDNN_IREE_FE_MHAS_TIMEOUT")
+                timeout = min(timeout, float(cap) if cap else FILE_TIMEOUTS[name][side])
+            r = run_file(folder, name, timeout, extra, side, site)
+            results.append(r)
+            print(f"[{side}] {name}: {r['passed']} passed, {r['failed']} failed, {r['error']} errors, {r['skipped']} "
+                  f"skipped ({r['seconds']} s{', cut at its cap' if r['rc'] == 'timeout' else ''}) "
+                  f"{r['first_failure'][:160]}", flush=True)
+            # NOTE: written after each file, so a run cut short still leaves the files it finished
+            if args.json:
+                args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+            if args.md:
+                args.md.write_text(table(results) + "\n")
     print(table(results))
-    return 0 if all(r["failed"] == 0 and r["error"] == 0 for r in results) else 1
+    return 0 if all(r["failed"] == 0 and r["error"] == 0 for r in results if r.get("side") == "facade") else 1
 
 
 if __name__ == "__main__":

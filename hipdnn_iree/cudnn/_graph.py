@@ -49,6 +49,7 @@ class pygraph(OpMethods, PlanMethods, BindingMethods):
         self._pbv_bufs = {}               # uid -> buffer holding a pass-by-value input on the device
         self._heur = None
         self._deferred = []               # unsupported features, refused at the build steps (_defer)
+        self._deferred_validate = []      # those of them refused at validate too (SDPA's)
         self._policy = None
         self._pending = False             # plans wait for the first execute (baked scalars unknown)
         self._baked = None
@@ -76,8 +77,6 @@ class pygraph(OpMethods, PlanMethods, BindingMethods):
     @_translate
     def tensor(self, dim=None, stride=None, data_type=None, is_virtual=False, is_pass_by_value=False,
                ragged_offset=None, reordering_type=None, name="", uid=-1, **kwargs):
-        if ragged_offset is not None:
-            _unsupported(f"tensor '{name}': ragged_offset (packed variable-length sequences) is not supported")
         if reordering_type not in (None, E.tensor_reordering.NONE):
             _unsupported(f"tensor '{name}': reordering_type {reordering_type} is not supported")
         if dim is None:
@@ -98,7 +97,10 @@ class pygraph(OpMethods, PlanMethods, BindingMethods):
         hdt = self._hd.tensor(name=name, uid=uid if uid is not None and uid >= 0 else None, dim=dims,
                               stride=strides, data_type=dtype, is_virtual=is_virtual)
         self._inputs.add(id(hdt))
-        return self._wrap(hdt)
+        t = self._wrap(hdt)
+        if ragged_offset is not None:
+            t.set_ragged_offset(ragged_offset)
+        return t
 
     @_translate
     def tensor_like(self, input, name=""):
@@ -119,15 +121,21 @@ class pygraph(OpMethods, PlanMethods, BindingMethods):
         raise HipdnnError(Status.BAD_PARAM, f"tensor_like: expected a torch/numpy tensor or a graph tensor, got "
                                             f"{type(input).__name__}")
 
-    def _defer(self, what: str) -> None:
+    def _defer(self, what: str, at_validate: bool = False) -> None:
         """An unsupported feature met while the graph is written: refused (NOT_SUPPORTED) at the
         build steps cuDNN FE code wraps (create_execution_plans, check_support, build_plans), as
-        cuDNN refuses such graphs there, not at node creation."""
-        self._deferred.append(what)
+        cuDNN refuses such graphs there, not at node creation. ``at_validate``: ``validate`` refuses
+        it too, as cuDNN's SDPA node refuses the attention features an engine lacks at validate
+        (cuDNN FE's test_mhas.py catches cudnnGraphNotSupportedError there)."""
+        if what not in self._deferred:
+            self._deferred.append(what)
+        if at_validate and what not in self._deferred_validate:
+            self._deferred_validate.append(what)
 
-    def _refuse_deferred(self) -> None:
-        if self._deferred:
-            _unsupported("; ".join(self._deferred))
+    def _refuse_deferred(self, validate: bool = False) -> None:
+        found = self._deferred_validate if validate else self._deferred
+        if found:
+            _unsupported("; ".join(found))
 
     @_translate
     def execute(self, variant_pack, workspace=None, handle=None, override_uids=None, override_shapes=None,
@@ -317,8 +325,6 @@ def _add_simple_ops():
 NOT_SUPPORTED_METHODS = {   # method -> (what it does, what works instead or None): the message's two parts
     "adalayernorm": ("adaptive layernorm", None),
     "adalayernorm_backward": ("the adaptive layernorm backward pass", None),
-    "sdpa_backward": ("the SDPA backward pass", None),
-    "scaled_dot_product_flash_attention_backward": ("the SDPA backward pass", None),
     "sdpa_fp8": ("FP8 SDPA (FP8 data types)", None),
     "sdpa_fp8_backward": ("the FP8 SDPA backward pass", None),
     "slice": ("the slice op", None),
@@ -359,3 +365,4 @@ def _add_not_supported():
 _add_simple_ops()
 _add_not_supported()
 pygraph.scaled_dot_product_flash_attention = pygraph.sdpa      # cuDNN FE 1.0's name for sdpa
+pygraph.scaled_dot_product_flash_attention_backward = pygraph.sdpa_backward

@@ -217,18 +217,23 @@ class OpMethods:
 
     @_translate
     def rmsnorm(self, norm_forward_phase, input, scale, bias=None, epsilon=None, compute_data_type=None, name=""):
-        """``(Y, inv_variance)``: ``inv_variance`` is None in INFERENCE; in TRAINING it has dims
-        ``[N, 1, ...]`` (the statistic over every axis but the batch axis, as cuDNN's) and the
-        graph computes it with pointwise and reduction nodes (this engine's RMSNorm node has no
-        statistics output)."""
+        """``(Y, inv_variance)``: ``inv_variance`` is None in INFERENCE; in TRAINING it has 1 on the
+        normalized axes (``[N, 1, ...]``, every axis but the batch axis, as cuDNN's), FLOAT. On
+        hd.Graph.rmsnorm (``forward_phase``, ``bias``); ``bias`` is added after the scale."""
         phase = E.to_hd(E.HD_PHASE, norm_forward_phase, "rmsnorm norm_forward_phase")
         if epsilon is None:
             raise HipdnnError(Status.BAD_PARAM, "rmsnorm: epsilon is required")
         eps = self._scalar(epsilon, "rmsnorm epsilon")
         cdt = self._cdt(compute_data_type)
         x = self._in(input)
-        inv = None
-        if phase == E.HD_PHASE.TRAINING:
+        training = phase == E.HD_PHASE.TRAINING
+        if _hd_has(self._hd, "rmsnorm", "forward_phase"):
+            out = self._hd.rmsnorm(x, self._in(scale, "scale"), epsilon=eps,
+                                   forward_phase=E.HD_PHASE.TRAINING if training else E.HD_PHASE.INFERENCE,
+                                   bias=self._in(bias, "bias"), compute_data_type=cdt, name=name or None)
+            return self._settled(out if training else (out, None), name, ("Y", "INV_VARIANCE"))
+        inv = None       # an hd.Graph whose RMSNorm node has neither statistics nor bias: composed
+        if training:
             dims = input.get_dim()
             if not dims or len(dims) < 2:
                 raise HipdnnError(Status.BAD_PARAM, f"rmsnorm: input dims {dims}: TRAINING needs a batch axis and "
@@ -242,7 +247,7 @@ class OpMethods:
                              mode=PointwiseMode.MUL, compute_data_type=cdt)
         else:
             y = self._hd.rmsnorm(x, self._in(scale, "scale"), epsilon=eps, compute_data_type=cdt, name=name or None)
-        if bias is not None:   # cuDNN's rmsnorm adds its bias after the scale: an ADD node here
+        if bias is not None:
             y = self._hd.pointwise(y, self._in(bias, "bias"), mode=PointwiseMode.ADD, compute_data_type=cdt)
         return self._wrap(y), self._wrap(inv)
 
@@ -262,6 +267,22 @@ class OpMethods:
         except HipdnnError as e:
             raise HipdnnError(Status.BAD_PARAM, f"{what}: its dims are not set and cannot be inferred yet: "
                                                 f"{e.message}") from None
+
+    def _settled(self, outs, name="", suffixes=()):
+        """A node's outputs, wrapped, named ``name::SUFFIX`` as cuDNN names them, their dims inferred
+        now when unset (cuDNN code sizes its output buffers from ``get_dim()`` before validate;
+        hd.Graph infers dims at validate)."""
+        res = []
+        for t, suffix in zip(outs, suffixes or [None] * len(outs)):
+            if t is not None and name and suffix:
+                t.set_name(f"{name}::{suffix}")
+            if t is not None and not t.get_dim():
+                try:
+                    self._hd._dims_now(t)
+                except HipdnnError:
+                    pass               # validate says what is wrong, at validate
+            res.append(self._wrap(t))
+        return tuple(res)
 
     def _named(self, t, name, suffix):
         """A composed op's output named as cuDNN names it; Y and DX take the graph's default type (the
@@ -290,6 +311,17 @@ class OpMethods:
             raise HipdnnError(Status.BAD_PARAM, "batchnorm: epsilon is required")
         if (in_running_mean is None) != (in_running_var is None):
             raise HipdnnError(Status.BAD_PARAM, "batchnorm: give in_running_mean and in_running_var together")
+        if in_running_mean is not None and momentum is None:
+            raise HipdnnError(Status.BAD_PARAM, "batchnorm: momentum is required with running statistics")
+        if _hd_has(self._hd, "batchnorm", kind="BATCHNORM"):
+            kw = {} if in_running_mean is None else dict(
+                momentum=self._scalar(momentum, "batchnorm momentum"),
+                in_running_mean=self._in(in_running_mean, "in_running_mean"),
+                in_running_var=self._in(in_running_var, "in_running_var"))
+            out = self._hd.batchnorm(self._in(input), self._in(scale, "scale"), self._in(bias, "bias"),
+                                     epsilon=self._scalar(epsilon, "batchnorm epsilon"),
+                                     compute_data_type=self._cdt(compute_data_type), name=name or None, **kw)
+            return self._settled(out, name, ("Y", "MEAN", "INV_VARIANCE", "NEXT_RUNNING_MEAN", "NEXT_RUNNING_VAR"))
         stats = [1, dims[1]] + [1] * (len(dims) - 2)
         c = self._composer(compute_data_type)
         y, mean, inv, var = _composite.norm_forward(c, self._in(input), dims, stats, self._in(scale, "scale"),
@@ -340,6 +372,14 @@ class OpMethods:
         recompute them from the input)."""
         if peer_stats:
             self._defer("batchnorm_backward: peer_stats (statistics shared across GPUs) are not supported")
+        if _hd_has(self._hd, "batchnorm_backward", kind="BATCHNORM_BACKWARD"):
+            out = self._hd.batchnorm_backward(
+                self._in(grad, "grad"), self._in(input), self._in(scale, "scale"), self._in(mean, "mean"),
+                self._in(inv_variance, "inv_variance"),
+                epsilon=None if epsilon is None or inv_variance is not None else
+                self._scalar(epsilon, "batchnorm_backward epsilon"),     # cuDNN: saved statistics win
+                compute_data_type=self._cdt(compute_data_type), name=name or None)
+            return self._settled(out, name, ("DX", "DSCALE", "DBIAS"))
         dims = self._dims_of(input, "batchnorm_backward input")
         stats = [1, dims[1]] + [1] * (len(dims) - 2) if len(dims) >= 2 else None
         return self._norm_backward("batchnorm_backward", grad, input, scale, mean, inv_variance, stats,
@@ -348,12 +388,22 @@ class OpMethods:
     @_translate
     def layernorm_backward(self, grad, input, scale, mean, inv_variance, compute_data_type=None, name=""):
         """``[DX, dscale, dbias]`` of layernorm (statistics over the axes where ``mean`` has 1)."""
+        if _hd_has(self._hd, "layernorm_backward", kind="LAYERNORM_BACKWARD"):
+            out = self._hd.layernorm_backward(self._in(grad, "grad"), self._in(input), self._in(scale, "scale"),
+                                              self._in(mean, "mean"), self._in(inv_variance, "inv_variance"),
+                                              compute_data_type=self._cdt(compute_data_type), name=name or None)
+            return self._settled(out, name, ("DX", "DSCALE", "DBIAS"))
         return self._norm_backward("layernorm_backward", grad, input, scale, mean, inv_variance, None,
                                    compute_data_type=compute_data_type, name=name)
 
     @_translate
     def rmsnorm_backward(self, grad, input, scale, inv_variance, has_dbias=False, compute_data_type=None, name=""):
         """``[DX, dscale, dbias or None]`` of rmsnorm (statistics over the axes where ``inv_variance`` has 1)."""
+        if _hd_has(self._hd, "rmsnorm_backward", kind="RMSNORM_BACKWARD"):
+            out = self._hd.rmsnorm_backward(self._in(grad, "grad"), self._in(input), self._in(scale, "scale"),
+                                            self._in(inv_variance, "inv_variance"), has_dbias=bool(has_dbias),
+                                            compute_data_type=self._cdt(compute_data_type), name=name or None)
+            return self._settled(out, name, ("DX", "DSCALE", "DBIAS"))
         return self._norm_backward("rmsnorm_backward", grad, input, scale, None, inv_variance, None, centered=False,
                                    want_dbias=bool(has_dbias), compute_data_type=compute_data_type, name=name)
 
@@ -396,57 +446,163 @@ class OpMethods:
         return self._named(c.sum(x, stats), name, "SUM"), self._named(c.sum(c.pw("MUL", x, x), stats), name, "SQ_SUM")
 
     # -- ops: attention ---------------------------------------------------------------------------
-    @_translate
-    def sdpa(self, q, k, v, attn_scale=None, bias=None, is_inference=None, generate_stats=None,
-             use_alibi_mask=False, use_padding_mask=False, seq_len_q=None, seq_len_kv=None, use_causal_mask=False,
-             use_causal_mask_bottom_right=False, sliding_window_length=None, dropout=None, rng_dump=None,
-             paged_attention_k_table=None, paged_attention_v_table=None, paged_attention_max_seq_len_kv=None,
-             compute_data_type=None, name="", **kwargs):
-        if kwargs:
-            raise TypeError(f"sdpa: unexpected keyword argument(s): {sorted(kwargs)}")
-        stats = generate_stats if generate_stats is not None else (is_inference is False)
-        for flag, what in ((use_alibi_mask, "use_alibi_mask"), (use_padding_mask, "use_padding_mask"),
-                           (sliding_window_length is not None, "sliding_window_length"),
-                           (dropout is not None, "dropout"), (rng_dump is not None, "rng_dump"),
-                           (paged_attention_k_table is not None or paged_attention_v_table is not None,
-                            "paged attention"), (seq_len_q is not None or seq_len_kv is not None, "seq_len_q/kv")):
-            if flag:
-                self._defer(f"sdpa: {what} is not supported by this engine")
-        causal = bool(use_causal_mask)
+    def _sdpa_mask(self, what, q, k, use_causal_mask, use_causal_mask_bottom_right, diagonal_alignment,
+                   left_bound, right_bound, sliding_window_length):
+        """cuDNN's masking arguments (the preferred diagonal band, or the deprecated causal flags)
+        as this engine's one mask, top-left causal: returns ``is_causal``; every band this engine
+        cannot express is recorded (refused at validate and the build steps)."""
+        if use_causal_mask and use_causal_mask_bottom_right:
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: use_causal_mask and use_causal_mask_bottom_right cannot "
+                                                "both be true")
+        if (use_causal_mask or use_causal_mask_bottom_right) and right_bound is not None:
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: use_causal_mask(_bottom_right) and "
+                                                "diagonal_band_right_bound cannot be set at the same time")
+        if sliding_window_length is not None and left_bound is not None:
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: sliding_window_length and diagonal_band_left_bound cannot "
+                                                "be set at the same time")
+        align = E.to_hd(E.diagonal_alignment, diagonal_alignment, f"{what} diagonal_alignment") \
+            if diagonal_alignment is not None else E.diagonal_alignment.TOP_LEFT
+        if use_causal_mask:
+            align, right_bound = E.diagonal_alignment.TOP_LEFT, 0
         if use_causal_mask_bottom_right:
+            align, right_bound = E.diagonal_alignment.BOTTOM_RIGHT, 0
+        if sliding_window_length is not None:
+            left_bound = sliding_window_length
+        if left_bound is not None:
+            self._defer(f"{what}: diagonal_band_left_bound / sliding window ({left_bound}) is not supported by this "
+                        "engine (no mask but top-left causal)", at_validate=True)
+        if right_bound is None:
+            return False
+        if isinstance(right_bound, bool) or not isinstance(right_bound, numbers.Integral) or right_bound < 0:
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: diagonal_band_right_bound must be an int >= 0 or None, "
+                                                f"got {right_bound!r}")
+        if right_bound != 0:
+            self._defer(f"{what}: diagonal_band_right_bound={right_bound} is not supported by this engine (0, the "
+                        "causal mask, is)", at_validate=True)
+            return False
+        if int(align) == int(E.diagonal_alignment.BOTTOM_RIGHT):
             qd, kd = q.get_dim(), k.get_dim()
-            if qd is None or kd is None or qd[2] != kd[2]:
-                self._defer("sdpa: use_causal_mask_bottom_right with Sq != Skv is not supported (this engine "
-                            "aligns the causal mask top-left; the two agree only when Sq == Skv)")
-            causal = True
-        scale = attn_scale
-        if isinstance(scale, tensor):
-            scale = self._in(scale, "attn_scale")
-        elif scale is not None and not (isinstance(scale, numbers.Real) and not isinstance(scale, bool)):
-            raise HipdnnError(Status.BAD_PARAM, f"sdpa: attn_scale must be a number or a tensor, got {scale!r}")
-        o = self._hd.sdpa(self._in(q, "q"), self._in(k, "k"), self._in(v, "v"), attn_scale=scale, is_causal=causal,
-                          mask=self._in(bias, "bias"), compute_data_type=self._cdt(compute_data_type),
-                          name=name or None)
-        st = self._sdpa_stats(q, k, scale, bias, causal) if stats else None
-        return self._wrap(o), st
+            if not qd or not kd or len(qd) != 4 or len(kd) != 4 or qd[2] != kd[2]:
+                self._defer(f"{what}: a bottom-right aligned causal mask with S_q != S_kv (q dims {qd}, k dims {kd}) "
+                            "is not supported by this engine (its causal mask is top-left aligned; the two agree "
+                            "only when S_q == S_kv)", at_validate=True)
+                return False
+        return True
+
+    def _sdpa_scale(self, what, attn_scale):
+        """cuDNN's attn_scale: unset is 1.0 (hd.Graph's unset is 1/sqrt(D): the scale goes explicitly)."""
+        if attn_scale is None:
+            return 1.0
+        if isinstance(attn_scale, tensor):
+            return self._in(attn_scale, "attn_scale")
+        if isinstance(attn_scale, bool) or not isinstance(attn_scale, numbers.Real):
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: attn_scale must be a number or a tensor, got {attn_scale!r}")
+        return float(attn_scale)
+
+    def _sdpa_refuse(self, what, pairs):
+        for flag, feature in pairs:
+            if flag:
+                self._defer(f"{what}: {feature} is not supported by this engine", at_validate=True)
+
+    @_translate
+    def sdpa(self, q, k, v, is_inference=None, attn_scale=None, bias=None, block_mask=None, use_alibi_mask=False,
+             use_padding_mask=False, seq_len_q=None, seq_len_kv=None, use_causal_mask=False,
+             use_causal_mask_bottom_right=False, sliding_window_length=None, diagonal_alignment=None,
+             diagonal_band_left_bound=None, diagonal_band_right_bound=None, dropout=None, rng_dump=None,
+             paged_attention_k_table=None, paged_attention_v_table=None, paged_attention_max_seq_len_kv=None,
+             max_total_seq_len_q=None, max_total_seq_len_kv=None, compute_data_type=None, name="", score_mod=None,
+             generate_stats=None, implementation=None, score_max=None, score_sum_exp=None, sink_token=None,
+             unfuse_fma=False, cu_seq_len_q=None, cu_seq_len_kv=None, stats_use_log2=False):
+        """``(O, Stats)`` in cuDNN FE's argument order (python/pygraph/sdpa.cpp). Stats (FLOAT
+        ``[B, H, S_q, 1]``, the natural-log sum of exp of the scaled, masked scores) comes with
+        ``generate_stats=True`` / ``is_inference=False``, else None. ``bias`` is added to the scaled
+        scores (hd's float mask). Causal masks: top-left (``use_causal_mask`` or
+        ``diagonal_band_right_bound=0``), and bottom-right when S_q == S_kv. Every other feature is
+        recorded and refused (cudnnGraphNotSupportedError naming it) at ``validate`` and the build
+        steps, as cuDNN refuses the SDPA configurations its engines lack, never here."""
+        what = "sdpa"
+        if generate_stats is not None and is_inference is not None:
+            raise HipdnnError(Status.BAD_PARAM, "sdpa: exactly one of {generate_stats, is_inference} must be set "
+                                                "(prefer generate_stats)")
+        stats = bool(generate_stats) if generate_stats is not None else (is_inference is False)
+        self._sdpa_refuse(what, (
+            (block_mask is not None, "block_mask"), (use_alibi_mask, "use_alibi_mask (ALiBi)"),
+            (use_padding_mask, "use_padding_mask (variable sequence lengths)"),
+            (seq_len_q is not None or seq_len_kv is not None, "seq_len_q / seq_len_kv"),
+            (cu_seq_len_q is not None or cu_seq_len_kv is not None, "cu_seq_len_q / cu_seq_len_kv"),
+            (dropout is not None, "dropout"), (rng_dump is not None, "rng_dump"),
+            (paged_attention_k_table is not None or paged_attention_v_table is not None
+             or paged_attention_max_seq_len_kv is not None, "paged attention"),
+            (max_total_seq_len_q is not None or max_total_seq_len_kv is not None,
+             "max_total_seq_len_q / max_total_seq_len_kv (ragged layouts)"),
+            (score_mod is not None, "score_mod (a score modification callback)"),
+            (score_max is not None or score_sum_exp is not None, "score_max / score_sum_exp"),
+            (sink_token is not None, "sink_token"), (bool(stats_use_log2), "stats_use_log2")))
+        causal = self._sdpa_mask(what, q, k, use_causal_mask, use_causal_mask_bottom_right, diagonal_alignment,
+                                 diagonal_band_left_bound, diagonal_band_right_bound, sliding_window_length)
+        scale = self._sdpa_scale(what, attn_scale)
+        args = (self._in(q, "q"), self._in(k, "k"), self._in(v, "v"))
+        kw = dict(attn_scale=scale, is_causal=causal, mask=self._in(bias, "bias"),
+                  compute_data_type=self._cdt(compute_data_type), name=name or None)
+        if not stats:
+            return self._wrap(self._hd.sdpa(*args, **kw)), None
+        if _hd_has(self._hd, "sdpa", "generate_stats"):
+            o, st = self._hd.sdpa(*args, generate_stats=True, **kw)
+            return self._wrap(o), self._wrap(st)
+        o = self._hd.sdpa(*args, **kw)      # an hd.Graph without the stats output: composed Stats
+        return self._wrap(o), self._sdpa_stats(q, k, scale, bias, causal)
+
+    @_translate
+    def sdpa_backward(self, q, k, v, o, dO, stats, attn_scale=None, bias=None, dBias=None, use_alibi_mask=False,
+                      use_padding_mask=False, seq_len_q=None, seq_len_kv=None, max_total_seq_len_q=None,
+                      max_total_seq_len_kv=None, use_causal_mask=False, use_causal_mask_bottom_right=False,
+                      sliding_window_length=None, diagonal_alignment=None, diagonal_band_left_bound=None,
+                      diagonal_band_right_bound=None, dropout=None, rng_dump=None, use_deterministic_algorithm=False,
+                      compute_data_type=None, name="", score_mod=None, score_mod_bprop=None, sink_token=None,
+                      dSink_token=None):
+        """``(dQ, dK, dV)`` in cuDNN FE's argument order (python/pygraph/sdpa.cpp), on
+        hd.Graph.sdpa_backward: ``stats`` is the forward's Stats; the masks are sdpa's. ``dBias``
+        and the features sdpa refuses are refused at ``validate`` and the build steps.
+        ``use_deterministic_algorithm`` is accepted and changes nothing (the plans here are
+        deterministic)."""
+        what = "sdpa_backward"
+        self._sdpa_refuse(what, (
+            (dBias is not None, "dBias (the gradient of the bias)"), (use_alibi_mask, "use_alibi_mask (ALiBi)"),
+            (use_padding_mask, "use_padding_mask (variable sequence lengths)"),
+            (seq_len_q is not None or seq_len_kv is not None, "seq_len_q / seq_len_kv"),
+            (max_total_seq_len_q is not None or max_total_seq_len_kv is not None,
+             "max_total_seq_len_q / max_total_seq_len_kv (ragged layouts)"),
+            (dropout is not None, "dropout"), (rng_dump is not None, "rng_dump"),
+            (score_mod is not None or score_mod_bprop is not None, "score_mod / score_mod_bprop"),
+            (sink_token is not None or dSink_token is not None, "sink_token / dSink_token")))
+        causal = self._sdpa_mask(what, q, k, use_causal_mask, use_causal_mask_bottom_right, diagonal_alignment,
+                                 diagonal_band_left_bound, diagonal_band_right_bound, sliding_window_length)
+        scale = self._sdpa_scale(what, attn_scale)
+        if not _hd_has(self._hd, "sdpa_backward"):
+            _unsupported("sdpa_backward: this engine's hd.Graph has no sdpa_backward node yet")
+        dq, dk, dv = self._hd.sdpa_backward(self._in(q, "q"), self._in(k, "k"), self._in(v, "v"), self._in(o, "o"),
+                                            self._in(dO, "dO"), self._in(stats, "stats"), attn_scale=scale,
+                                            is_causal=causal, mask=self._in(bias, "bias"),
+                                            compute_data_type=self._cdt(compute_data_type), name=name or None)
+        return self._wrap(dq), self._wrap(dk), self._wrap(dv)
 
     def _sdpa_stats(self, q, k, scale, bias, causal):
         """cuDNN's Stats, ``max + log(sum(exp(s - max)))`` of the scaled (masked) scores per query row
-        ([B, H, Sq, 1], FLOAT), composed from matmul, pointwise and reduction nodes: this engine's
-        SDPA node has no statistics output. K^T is K's buffer seen with its last two axes swapped
-        (an extra graph input bound to K's buffer at execute)."""
+        ([B, H, Sq, 1], FLOAT), composed from matmul, pointwise and reduction nodes, for an hd.Graph
+        whose SDPA node has no statistics output. K^T is K's buffer seen with its last two axes
+        swapped (an extra graph input bound to K's buffer at execute)."""
         qd, kd, ks = q.get_dim(), k.get_dim(), k.get_stride()
         if qd is None or kd is None or len(qd) != 4 or qd[1] != kd[1]:
-            _unsupported(f"sdpa: Stats with grouped-query heads (q dims {qd}, k dims {kd}) are not supported; "
-                         "generate_stats=False works")
+            self._defer(f"sdpa: Stats with grouped-query heads (q dims {qd}, k dims {kd}) are not supported by "
+                        "this engine's composed statistics; generate_stats=False works", at_validate=True)
+            return None
         hd = self._hd
         F = DataType.FLOAT
         kt = hd.tensor(name=f"{k.get_name()}::T", dim=[kd[0], kd[1], kd[3], kd[2]], stride=[ks[0], ks[1], ks[3], ks[2]],
                        data_type=k._hd().get_data_type())
         self._aliases.append((kt, k))
         sc = hd.matmul(self._in(q), kt, compute_data_type=F)
-        factor = scale if scale is not None else 1.0 / math.sqrt(qd[3])
-        sc = hd.pointwise(sc, factor, mode=PointwiseMode.MUL, compute_data_type=F)
+        sc = hd.pointwise(sc, scale, mode=PointwiseMode.MUL, compute_data_type=F)
         if bias is not None:
             sc = hd.pointwise(sc, self._in(bias, "bias"), mode=PointwiseMode.ADD, compute_data_type=F)
         if causal:   # NOTE: masked scores get -1e30: exp() of them is exactly 0, and no row is all masked
@@ -462,3 +618,27 @@ class OpMethods:
         st = hd.pointwise(mx, hd.pointwise(sm, mode=PointwiseMode.LOG, compute_data_type=F), mode=PointwiseMode.ADD,
                           compute_data_type=F)
         return self._wrap(st).set_data_type(E.data_type.FLOAT)
+
+
+_HAS = {}
+
+
+def _hd_has(hd_graph, method: str, param: str | None = None, kind=None) -> bool:
+    """Whether hd.Graph has ``method`` (taking ``param``) and, with ``kind``, lowers that op kind
+    (graph_ir.desc.NOT_YET_LOWERED names the kinds still being built): the facade maps onto a
+    real node where one exists and composes the op otherwise."""
+    key = (type(hd_graph), method, param, kind)
+    if key not in _HAS:
+        import inspect
+        fn = getattr(type(hd_graph), method, None)
+        ok = callable(fn)
+        if ok and param is not None:
+            try:
+                ok = param in inspect.signature(fn).parameters
+            except (TypeError, ValueError):
+                ok = False
+        if ok and kind is not None:
+            from graph_ir import desc
+            ok = getattr(desc.OpKind, kind) not in desc.NOT_YET_LOWERED
+        _HAS[key] = ok
+    return _HAS[key]

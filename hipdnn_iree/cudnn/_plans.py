@@ -17,6 +17,7 @@ class PlanMethods:
     # -- lifecycle ---------------------------------------------------------------------------------
     @_translate
     def validate(self):
+        self._refuse_deferred(validate=True)
         self._hd.validate()
         return self
 

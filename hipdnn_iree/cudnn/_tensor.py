@@ -69,6 +69,16 @@ class tensor:
                                                 "graph.tensor(is_pass_by_value=...)")
         return self
 
+    def set_ragged_offset(self, ragged_offset):
+        """cuDNN's packed variable-length (THD) layout: recorded, and refused (NOT_SUPPORTED) at
+        validate and the build steps, as an unsupported SDPA feature is."""
+        self._g._defer(f"tensor '{self.get_name()}': ragged_offset (packed variable-length sequences) is not "
+                       "supported by this engine", at_validate=True)
+        return self
+
+    def get_ragged_offset(self):
+        return None
+
     # -- getters ---------------------------------------------------------------------------
     def get_name(self):
         return self._pbv_spec[3] if self._t is None else self._t.get_name()
