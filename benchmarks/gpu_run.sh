@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (no IREE compiler, no network): install the carried runtime wheels,
 # then the correctness matrix and the benchmark over plans compiled on the build machine.
-# Usage: bash benchmarks/gpu_run.sh [cases|bench|tests|autotune|fe|newtests|ab|all]   (results go to $OUT or ./gpu_results)
+# Usage: bash benchmarks/gpu_run.sh [cases|bench|tests|autotune|fe|newtests|ab|train|sbs|all]   (results go to $OUT or ./gpu_results)
 # tests/autotune need the IREE compiler there too: .gpu/iree_compiler.tar.xz (iree-base-compiler's
 # wheel unpacked, libIREECompiler.so stripped), unpacked beside the runtime; .whl also carries the
 # pure-Python test tools (pytest, pluggy, iniconfig, packaging, flatbuffers) and ml_dtypes.
 set -u
 OUT=${OUT:-gpu_results}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>&1 | tail -2
+if [ -f .gpu_rt/site.tar.xz ]; then
+    # the same wheels unpacked, without IREE's tracy runtime and command-line tools (1.8 MB, not 16:
+    # it leaves room in the carry for the compiler and the cuDNN frontend wheel)
+    mkdir -p /tmp/site && tar -C /tmp/site -xJf .gpu_rt/site.tar.xz
+else
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>&1 | tail -2
+fi
+if [ -d .cudnn_whl ] && [ ! -d /tmp/site/cudnn ]; then
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .cudnn_whl/*.whl 2>&1 | tail -2
+fi
 if [ -f .gpu/iree_compiler.tar.xz ] && [ ! -d /tmp/site/iree/compiler ]; then
     tar -C /tmp/site -xJf .gpu/iree_compiler.tar.xz
 fi
@@ -46,6 +55,22 @@ if [ "$what" = fe ]; then
     python3 benchmarks/cudnn_fe_tests.py .cudnn_fe/test/python ${FE_FILES:+--files $FE_FILES} --timeout ${FE_TIMEOUT:-900} \
         --json "$OUT/fe.json" --md "$OUT/fe.md" > "$OUT/fe.txt" 2>&1
     echo "fe rc=$?"; cat "$OUT/fe.md"
+fi
+if [ "$what" = train ]; then
+    # training ops (plans compiled on the build machine: .gpu_train_plans) and the training sample
+    # (.gpu_train_sample), both against torch autograd on this GPU
+    python3 benchmarks/gpu_training.py run --plans .gpu_train_plans --device cuda --json "$OUT/training_cases.json" \
+        > "$OUT/training_cases.txt" 2>&1
+    echo "training cases rc=$?"; grep -E "^\| " "$OUT/training_cases.txt"
+    python3 samples/07_train_small.py --device cuda --target cuda:sm_80 --plans .gpu_train_sample \
+        --json "$OUT/train_sample.json" > "$OUT/train_sample.txt" 2>&1
+    echo "train sample rc=$?"; cat "$OUT/train_sample.txt"
+fi
+if [ "$what" = sbs ]; then
+    # side by side with NVIDIA's cuDNN (plans in .gpu_side_by_side, compiled on the build machine)
+    python3 benchmarks/cudnn_side_by_side.py run --plans .gpu_side_by_side \
+        ${SBS_CASES:+--cases $SBS_CASES} --json "$OUT/side_by_side.json" --md "$OUT/side_by_side.md" > "$OUT/side_by_side.txt" 2>&1
+    echo "side_by_side rc=$?"; cat "$OUT/side_by_side.md"
 fi
 if [ "$what" = ab ]; then
     # an older checkout's lowering/ and hipdnn_iree/ in .old_tree (git archive), against this one

@@ -161,8 +161,38 @@ def _sdpa_backward(g):
     for t, u in zip(g.sdpa_backward(q, k, v, o, do, stats, attn_scale=0.25, is_causal=True), (7, 8, 9)):
         t.set_output(True).set_uid(u)
 
+def _layernorm_backward(g):
+    x, dy = g.tensor(name="X", uid=1, dim=[4, 8]), g.tensor(name="dY", uid=2, dim=[4, 8])
+    s = g.tensor(name="scale", uid=3, dim=[1, 8])
+    m, iv = g.tensor(name="mean", uid=4, dim=[4, 1]), g.tensor(name="inv_var", uid=5, dim=[4, 1])
+    for t, u in zip(g.layernorm_backward(dy, x, s, m, iv), (6, 7, 8)):
+        t.set_output(True).set_uid(u)
 
-FRONTEND_GRAPHS = {OpKind.POINTWISE: _pointwise, OpKind.MATMUL: _matmul, OpKind.CONV_FPROP: _conv,
+
+def _rmsnorm_backward(g):
+    x, dy = g.tensor(name="X", uid=1, dim=[4, 8]), g.tensor(name="dY", uid=2, dim=[4, 8])
+    s, ir = g.tensor(name="scale", uid=3, dim=[1, 8]), g.tensor(name="inv_rms", uid=4, dim=[4, 1])
+    dx, ds, db = g.rmsnorm_backward(dy, x, s, ir, has_dbias=True)
+    for t, u in ((dx, 6), (ds, 7), (db, 8)):
+        t.set_output(True).set_uid(u)
+
+
+def _resample(g):
+    x = g.tensor(name="X", uid=1, dim=[2, 3, 8, 8])
+    y, idx = g.resample(x, hd.ResampleMode.MAXPOOL, [2, 2], [2, 2], [0, 0], [0, 0], generate_index=True)
+    y.set_output(True).set_uid(2)
+    idx.set_output(True).set_uid(3)
+
+
+def _resample_backward(g):
+    dy = g.tensor(name="dY", uid=1, dim=[2, 3, 4, 4])
+    g.resample_backward(dy, hd.ResampleMode.AVGPOOL_INCLUDE_PADDING, [2, 2], [2, 2], [0, 0], [0, 0]) \
+        .set_dim([2, 3, 8, 8]).set_output(True).set_uid(2)
+
+
+FRONTEND_GRAPHS = {OpKind.LAYERNORM_BACKWARD: _layernorm_backward, OpKind.RMSNORM_BACKWARD: _rmsnorm_backward,
+                   OpKind.RESAMPLE_FWD: _resample, OpKind.RESAMPLE_BWD: _resample_backward,
+                   OpKind.POINTWISE: _pointwise, OpKind.MATMUL: _matmul, OpKind.CONV_FPROP: _conv,
                    OpKind.CONV_DGRAD: _dgrad, OpKind.CONV_WGRAD: _wgrad, OpKind.REDUCTION: _reduction,
                    OpKind.BATCHNORM_INFERENCE: _batchnorm, OpKind.BATCHNORM: _batchnorm_train,
                    OpKind.BATCHNORM_BACKWARD: _batchnorm_backward,

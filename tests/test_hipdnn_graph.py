@@ -52,8 +52,7 @@ def test_enum_numbers_are_hipdnns():
 
 
 def _resample_graph() -> bytes:
-    at = ATTRS_BY_KIND[OpKind.RESAMPLE_FWD](x_uid=1, y_uid=2, pre_padding=(0, 0), post_padding=(0, 0),
-                                           stride=(2, 2), window=(2, 2), resample_mode=1, padding_mode=1)
+    at = ATTRS_BY_KIND[OpKind.CUSTOM_OP](input_uids=(1,), output_uids=(2,))
     t = (TensorDesc(1, "x", int(F), (1, 2, 4, 4), (32, 16, 4, 1)), TensorDesc(2, "y", int(F), (1, 2, 2, 2), (8, 4, 2, 1)))
     return encode_graph(GraphDesc("pool", int(F), int(F), int(F), t, (NodeDesc("pool1", int(F), at),)))
 
@@ -63,7 +62,7 @@ def test_a_node_type_not_lowered_parses_and_is_refused_by_name(cpu):
     with pytest.raises(hd.HipdnnError) as e:
         g.build(cpu)
     assert e.value.status == hd.Status.NOT_SUPPORTED
-    assert "pool1" in str(e.value) and "ResampleFwdAttributes" in str(e.value)
+    assert "pool1" in str(e.value) and "CustomOpAttributes" in str(e.value)
 
 
 def test_a_data_type_not_run_parses_and_is_refused_by_name(cpu):

@@ -8,7 +8,7 @@ import hipdnn_iree as hd
 from graph_ir.desc import ATTRS_BY_KIND, LOWERED_KINDS, OpKind
 from graph_ir.opdef import OPS, TRAITS, OpDef, check_complete, register, traits_of
 
-FAKE = OpKind.RESAMPLE_FWD     # a parse-only kind: the throwaway OpDef below claims it is supported
+FAKE = OpKind.CUSTOM_OP     # a parse-only kind: the throwaway OpDef below claims it is supported
 
 
 @contextlib.contextmanager
@@ -42,7 +42,7 @@ def test_register_refuses_a_duplicate():
 
 
 def test_a_supported_opdef_needs_its_dynamic_rule_and_method():
-    with pytest.raises(TypeError, match="RESAMPLE_FWD"):
+    with pytest.raises(TypeError, match="CUSTOM_OP"):
         OpDef(FAKE, ATTRS_BY_KIND[FAKE], infer=lambda n, d: {})
     with pytest.raises(TypeError, match="attributes class"):
         OpDef(FAKE, ATTRS_BY_KIND[OpKind.MATMUL], infer=lambda n, d: {}, supported=False)
@@ -85,7 +85,7 @@ def test_facade_methods_are_pygraph_methods():
 def test_knob_traits_say_what_the_kinds_said():
     """knobs.py reads traits; each trait it reads is held by exactly the kinds it tested before."""
     held = {t: {k for k, d in OPS.items() if t in d.traits} for t in TRAITS}
-    assert held["attention"] == {OpKind.SDPA}
+    assert held["attention"] == {OpKind.SDPA, OpKind.SDPA_BACKWARD}
     assert held["contraction"] == {OpKind.MATMUL}
     assert held["conv"] == {OpKind.CONV_FPROP, OpKind.CONV_DGRAD, OpKind.CONV_WGRAD}
     for k in ("conv_fprop", "conv_dgrad", "conv_wgrad"):
