@@ -710,14 +710,9 @@ PARSE_ONLY = {
     OpKind.MOE_GROUPED_MATMUL_BWD: (("dweight_uid",),),
 }
 
-# Training kinds whose OpDefs are still being built: graph_ir/ops/<kind>.py registers each with
-# supported=False until its emitter, reference and frontend method exist (one line per kind; a kind
-# leaves this set when its OpDef becomes supported).
-NOT_YET_LOWERED: set = set()
-
 # The kinds this project lowers: those not in PARSE_ONLY (graph_ir.opdef.check_registry checks that each
 # has a supported OpDef).
-LOWERED_KINDS = tuple(k for k in OpKind if k not in PARSE_ONLY and k not in NOT_YET_LOWERED)
+LOWERED_KINDS = tuple(k for k in OpKind if k not in PARSE_ONLY)
 
 ATTRS_BY_KIND: dict[OpKind, type[_Attrs]] = {
     cls.KIND: cls

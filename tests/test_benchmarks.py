@@ -166,9 +166,10 @@ def test_cudnn_side_by_side_compiles_plans_and_runs_on_the_cpu(tmp_path, monkeyp
             assert {b["role"] for b in st["bind"]} == {"in", "out"}
             assert len({b["uid"] for b in st["bind"]}) == len(st["bind"])
     assert man["plan_bytes"] == sum(st["bytes"] for c in man["cases"] for st in c["stages"])
-    # the nine op cases and the three blocks
+    # the nine op cases, the three blocks and the five training steps
     full = {c.name: c for c in sbs.all_cases()}
-    assert len([c for c in full.values() if c.group == "op"]) == 9 and len(full) == 12
+    groups = [c.group for c in full.values()]
+    assert (groups.count("op"), groups.count("block"), groups.count("train"), len(full)) == (9, 3, 5, 17)
     assert full["sdpa_causal_bf16"].shape == "B2 H32 S2048 D128 causal BHSD"
     assert full["llama7b_block_bf16"].flops > 8e11
     out_json, out_md = tmp_path / "sbs.json", tmp_path / "sbs.md"

@@ -174,6 +174,14 @@ def _resample_graph() -> bytes:
     return encode_graph(GraphDesc("pool", int(F), int(F), int(F), t, (NodeDesc("pool1", int(F), at),)))
 
 
+def _custom_op_graph() -> bytes:
+    """A CUSTOM_OP node naming an operation no plugin provides: refused NOT_SUPPORTED by name."""
+    from graph_ir.desc import ATTRS_BY_KIND, GraphDesc, NodeDesc, OpKind, TensorDesc, encode_graph
+    at = ATTRS_BY_KIND[OpKind.CUSTOM_OP](custom_op_id="nobody.nothing", input_uids=(0,), output_uids=(1,))
+    t = (TensorDesc(0, "x", int(F), (1, 2, 4, 4), (32, 16, 4, 1)), TensorDesc(1, "y", int(F), (1, 2, 4, 4), (32, 16, 4, 1)))
+    return encode_graph(GraphDesc("custom", int(F), int(F), int(F), t, (NodeDesc("op1", int(F), at),)))
+
+
 def _huge_graph() -> bytes:
     """A consistent graph whose tensors no target can address (the frontend refuses it at validate)."""
     from graph_ir.desc import ATTRS_BY_KIND, GraphDesc, NodeDesc, OpKind, TensorDesc, encode_graph
@@ -184,7 +192,7 @@ def _huge_graph() -> bytes:
 
 
 @pytest.mark.parametrize("plan,status,match", [
-    (lambda: _fusilli_plan(_resample_graph(), uids=(0, 1)), S.NOT_SUPPORTED, "RESAMPLE"),
+    (lambda: _fusilli_plan(_custom_op_graph(), uids=(0, 1)), S.NOT_SUPPORTED, "CUSTOM_OP"),
     (lambda: _fusilli_plan(_huge_graph(), uids=(0, 1)), S.PLUGIN_ERROR, "more than a target can address"),
     (lambda: _fusilli_plan(_rfc_matmul().to_hipdnn_graph(), uids=(0, 1, 7)), S.BAD_PARAM, "tensor_uids"),
     (lambda: _fusilli_plan(b"not a graph at all"), S.PLUGIN_ERROR, "payload_kind 1"),
@@ -322,7 +330,7 @@ def _seed_payloads():
     g2.pointwise(y, mode=hd.PointwiseMode.RELU_FWD, relu_upper_clip=2.0).set_output(True).set_uid(5)
     head = struct.pack("<8sHHII", b"FUSPLAN\0", 1, 0, 1, 20)
     return [(head + _rfc_matmul().to_hipdnn_graph(), (0, 1, 2)), (head + g2.to_hipdnn_graph(), (1, 5)),
-            (head + _resample_graph(), (0, 1))]
+            (head + _resample_graph(), (0, 1)), (head + _custom_op_graph(), (0, 1))]
 
 
 def fuzz_kind1(n, seed):
@@ -373,6 +381,7 @@ def test_fuzzed_kind1_payloads_give_only_typed_errors_100k():
 def test_the_unmutated_seeds_pass_the_check():
     plugin = IreeLinalgPlugin()
     session = plugin.create_session(SessionSettings(None, "llvm-cpu:host"))
-    for payload, uids in _seed_payloads()[:2]:
+    for payload, uids in _seed_payloads()[:3]:
         assert plugin.graph_from_serialized(payload, {"tensor_uids": uids}, session=session) == payload[20:]
-    raises(S.NOT_SUPPORTED, lambda: plugin.graph_from_serialized(_seed_payloads()[2][0], session=session), match="RESAMPLE")
+    raises(S.NOT_SUPPORTED, lambda: plugin.graph_from_serialized(_seed_payloads()[3][0], session=session),
+           match="CUSTOM_OP")

@@ -20,13 +20,15 @@ def test_readme_gives_exactly_two_commands_and_ci_runs_the_test_one():
     assert "env -i" in ci and "HIPDNN_IREE_CACHE_DIR" in ci
 
 
-def test_readme_layernorm_claim_is_the_forward_with_statistics():
-    """layernorm's training support is the forward phase with mean/inv_variance; there is no backward."""
+def test_readme_op_list_names_every_training_method():
+    """README's op list names each training method hd.Graph has, and each exists."""
     import hipdnn_iree as hd
     text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
     flat = " ".join(text.split())
     assert "(inference and training)" not in flat
-    assert "training forward phase, which also outputs mean and inv_variance; no backward yet" in flat
-    assert not any("backward" in n or n.endswith("_bwd") for n in dir(hd.Graph) if "norm" in n), \
-        "hd.Graph has a norm backward now: update README's layernorm line"
-    assert hd.NormFwdPhase.TRAINING   # the forward phase README names exists
+    for name in ("batchnorm", "batchnorm_backward", "layernorm_backward", "rmsnorm_backward",
+                 "sdpa_backward", "resample", "resample_backward"):
+        assert hasattr(hd.Graph, name), name
+        assert f"`{name}`" in flat, f"README's op list lacks {name}"
+    assert not any(n.endswith("_bwd") for n in dir(hd.Graph)), "README names backward ops *_backward"
+    assert hd.NormFwdPhase.TRAINING

@@ -11,5 +11,5 @@ def outputs_as_declared(node, dims) -> dict:
     return {}
 
 
-for _kind in PARSE_ONLY:   # the training kinds not yet lowered register in their own modules
+for _kind in PARSE_ONLY:
     register(OpDef(_kind, ATTRS_BY_KIND[_kind], outputs_as_declared, supported=False))

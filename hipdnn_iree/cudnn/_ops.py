@@ -625,8 +625,8 @@ _HAS = {}
 
 def _hd_has(hd_graph, method: str, param: str | None = None, kind=None) -> bool:
     """Whether hd.Graph has ``method`` (taking ``param``) and, with ``kind``, lowers that op kind
-    (graph_ir.desc.NOT_YET_LOWERED names the kinds still being built): the facade maps onto a
-    real node where one exists and composes the op otherwise."""
+    (graph_ir.desc.LOWERED_KINDS): the facade maps onto a real node where one exists and composes
+    the op otherwise."""
     key = (type(hd_graph), method, param, kind)
     if key not in _HAS:
         import inspect
@@ -639,6 +639,6 @@ def _hd_has(hd_graph, method: str, param: str | None = None, kind=None) -> bool:
                 ok = False
         if ok and kind is not None:
             from graph_ir import desc
-            ok = getattr(desc.OpKind, kind) not in desc.NOT_YET_LOWERED
+            ok = getattr(desc.OpKind, kind) in desc.LOWERED_KINDS
         _HAS[key] = ok
     return _HAS[key]
