@@ -323,10 +323,12 @@ def _stat(t, cudnn, dims):
 
 def _grads(torch, fn, inputs: dict, wrt, dy):
     """``{name: d(sum(fn(...) * dy))/d input}`` for the inputs named in ``wrt`` (torch autograd)."""
-    with torch.enable_grad():
-        leaves = {k: (v.detach().clone().requires_grad_(True) if k in wrt else v) for k, v in inputs.items()}
+    # NOTE: the runner times under torch.inference_mode(), whose tensors autograd refuses: leave it
+    # and clone every input (a clone made outside inference mode is an ordinary tensor)
+    with torch.inference_mode(False), torch.enable_grad():
+        leaves = {k: (v.clone().requires_grad_(True) if k in wrt else v.clone()) for k, v in inputs.items()}
         out = fn(**leaves)
-        out.backward(dy)
+        out.backward(dy.clone())
     return {k: leaves[k].grad for k in wrt}
 
 
