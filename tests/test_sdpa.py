@@ -110,11 +110,15 @@ CASES = [
      {"mask_dims": [4, 1, 7], "mask_type": BOOL}),
     ("gqa-add-mask-rank2", [1, 6, 5, 8], [1, 3, 7, 8], [1, 3, 7, 4], {"mask_dims": [5, 7]}),
     ("bshd-gqa-causal", [2, 4, 6, 8], [2, 2, 6, 8], [2, 2, 6, 4], {"layout": "bshd", "causal": True}),
+    # k and v with different head counts (cuDNN allows it; both divide q's)
+    ("hk1-hv2-causal", [1, 4, 6, 8], [1, 1, 6, 8], [1, 2, 6, 4], {"causal": True}),
+    ("hk2-hv3-bool-mask", [2, 6, 5, 8], [2, 2, 7, 8], [2, 3, 7, 4], {"mask_dims": [2, 1, 5, 7], "mask_type": BOOL}),
+    ("hk4-hv2-add-mask", [1, 4, 5, 8], [1, 4, 7, 8], [1, 2, 7, 4], {"mask_dims": [5, 7]}),
 ]
 
 
 # CASES that take the composition: float masks of f32 io (f32 masks fall back, see fused_path_blocker).
-COMPOSITION_CASES = {"add-mask-11", "gqa-add-mask-b1", "gqa-add-mask-rank2"}
+COMPOSITION_CASES = {"add-mask-11", "gqa-add-mask-b1", "gqa-add-mask-rank2", "hk4-hv2-add-mask"}
 
 
 @pytest.mark.parametrize("qd,kd,vd,kw", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -488,6 +492,7 @@ GPU_GRAPHS = [
     ("fused-benchmark-causal", [4, 16, 2048, 128], [4, 16, 2048, 128], [4, 16, 2048, 128], {"causal": True}, True),
     ("composition-f32-mask", [2, 8, 64, 64], [2, 2, 80, 64], [2, 2, 80, 32],
      {"mask_dims": [2, 8, 64, 80], "mask_type": F, "causal": True}, False),
+    ("fused-hk1-hv2-causal", [2, 8, 64, 64], [2, 1, 80, 64], [2, 2, 80, 32], {"causal": True}, True),
 ]
 
 
@@ -523,7 +528,7 @@ BAD = [
     ("hq-not-multiple", [1, 4, 4, 8], [1, 3, 6, 8], [1, 3, 6, 8], None, {}, ["k_uid", "3", "4"]),
     ("hk-greater", [1, 2, 4, 8], [1, 4, 6, 8], [1, 4, 6, 8], None, {}, ["k_uid", "4", "2"]),
     ("kv-seq", [1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 5, 8], None, {}, ["v_uid", "5", "6"]),
-    ("kv-heads", [1, 4, 4, 8], [1, 2, 6, 8], [1, 4, 6, 8], None, {}, ["v_uid", "4", "2"]),
+    ("v-heads-not-dividing", [1, 4, 4, 8], [1, 2, 6, 8], [1, 3, 6, 8], None, {}, ["v_uid", "3", "4"]),
     ("batch", [2, 2, 4, 8], [2, 2, 6, 8], [1, 2, 6, 8], None, {}, ["v_uid", "batch size 1", "2"]),
     ("rank-q", [2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 8], None, {}, ["q_uid", "rank 3"]),
     ("rank-v", [1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 1, 6, 8], None, {}, ["v_uid", "rank 5"]),

@@ -23,13 +23,14 @@ def _bshd(dims):
     return [s * h * d, d, h * d, 1]
 
 
-def _train_graph(dt=F, hq=4, hk=2, sq=5, skv=6, d=8, dv=4, causal=False, mask=None, scale=None, bshd=False):
+def _train_graph(dt=F, hq=4, hk=2, sq=5, skv=6, d=8, dv=4, causal=False, mask=None, scale=None, bshd=False,
+                 hv=None):
     """q, k, v, do (, mask) -> sdpa(generate_stats) -> o, stats; sdpa_backward -> dq, dk, dv.
     ``mask``: None, ("bool", dims) or ("float", dims)."""
     def build():
         g = hd.Graph(io_data_type=dt, compute_data_type=F)
         st = _bshd if bshd else (lambda x: None)
-        qd, kd, vd, od = [2, hq, sq, d], [2, hk, skv, d], [2, hk, skv, dv], [2, hq, sq, dv]
+        qd, kd, vd, od = [2, hq, sq, d], [2, hk, skv, d], [2, hk if hv is None else hv, skv, dv], [2, hq, sq, dv]
         q = g.tensor(name="Q", uid=Q, dim=qd, stride=st(qd))
         k = g.tensor(name="K", uid=K, dim=kd, stride=st(kd))
         v = g.tensor(name="V", uid=V, dim=vd, stride=st(vd))
@@ -62,11 +63,12 @@ def _inputs(rng, build, mask=None, dt=F):
 
 
 def _torch_ref(ins, scale, causal, hq, hk):
-    """o, stats, dq, dk, dv by torch autograd in float64 (explicit softmax, GQA by repeat_interleave)."""
+    """o, stats, dq, dk, dv by torch autograd in float64 (explicit softmax, GQA by repeat_interleave;
+    v's head count read from its array, so it may differ from k's)."""
     torch = pytest.importorskip("torch")
     q, k, v = (torch.tensor(np.asarray(ins[u], np.float64), requires_grad=True) for u in (Q, K, V))
     do = torch.tensor(np.asarray(ins[DO], np.float64))
-    g = hq // hk
+    g, gv = hq // hk, hq // v.shape[1]
     sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     s = q @ k.repeat_interleave(g, 1).transpose(-1, -2) * sc
     if M in ins:
@@ -75,7 +77,7 @@ def _torch_ref(ins, scale, causal, hq, hk):
     if causal:
         s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
     lse = torch.logsumexp(s, -1, keepdim=True)
-    o = torch.softmax(s, -1) @ v.repeat_interleave(g, 1)
+    o = torch.softmax(s, -1) @ v.repeat_interleave(gv, 1)
     o.backward(do)
     return {O: o.detach().numpy(), ST: lse.detach().numpy(), DQ: q.grad.numpy(), DK: k.grad.numpy(),
             DV: v.grad.numpy()}
@@ -87,6 +89,9 @@ CASES = {
     "f16_bool_mask": dict(dt=H, hq=2, hk=2, mask=("bool", [2, 1, 5, 6]), scale=0.5),
     "bf16_float_mask_gqa_causal": dict(dt=BF, causal=True, mask=("float", [5, 6])),
     "f32_float_mask_gqa_sq_gt_skv": dict(dt=F, sq=7, skv=4, causal=True, mask=("float", [2, 4, 7, 4])),
+    # k and v with different head counts (cuDNN allows it): lcm 2 here, and lcm 6 of 2 and 3
+    "f32_hk1_hv2_causal": dict(dt=F, hq=4, hk=1, hv=2, causal=True),
+    "f16_hk2_hv3": dict(dt=H, hq=6, hk=2, hv=3, mask=("bool", [2, 1, 5, 6])),
 }
 
 

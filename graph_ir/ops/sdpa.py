@@ -16,6 +16,8 @@ def sdpa_shape(q: tuple, k: tuple, v: tuple) -> tuple[int, ...]:
     Example:
         >>> sdpa_shape((2, 4, 8, 16), (2, 2, 6, 16), (2, 2, 6, 32))
         (2, 4, 8, 32)
+        >>> sdpa_shape((2, 4, 8, 16), (2, 1, 6, 16), (2, 4, 6, 32))   # h_k != h_v
+        (2, 4, 8, 32)
     """
     for field, dims in (("q_uid", q), ("k_uid", k), ("v_uid", v)):
         if len(dims) != 4:
@@ -28,14 +30,15 @@ def sdpa_shape(q: tuple, k: tuple, v: tuple) -> tuple[int, ...]:
         if dims[0] != q[0]:
             raise GraphError(f"field '{field}' batch size {dims[0]} differs from q's batch size {q[0]} "
                                 f"(broadcast a batch through stride 0 instead)")
-    if v[1] != k[1]:
-        raise GraphError(f"field 'v_uid' head count {v[1]} differs from k's head count {k[1]}")
     if v[2] != k[2]:
         raise GraphError(f"field 'v_uid' sequence length {v[2]} differs from k's sequence length {k[2]} "
                             f"(k {list(k)}, v {list(v)})")
-    if k[1] < 1 or q[1] % k[1] != 0:
-        raise GraphError(f"field 'k_uid' head count {k[1]}: q's head count {q[1]} must be a multiple of it "
-                            f"(grouped-query attention)")
+    for field, dims in (("k_uid", k), ("v_uid", v)):
+        # NOTE: as cuDNN, k and v may have different head counts; each must divide q's (query head
+        # h reads k head h // (Hq / Hk) and v head h // (Hq / Hv)).
+        if dims[1] < 1 or q[1] % dims[1] != 0:
+            raise GraphError(f"field '{field}' head count {dims[1]}: q's head count {q[1]} must be a multiple of "
+                             f"it (grouped-query attention)")
     return (q[0], q[1], q[2], v[3])
 
 
@@ -136,8 +139,7 @@ def dynamic_qkvo(f: Facts, at) -> None:
         f.union((q, 0), (u, 0))
     f.mark((q, 0), VARY, "B")
     f.union((q, 1), (o, 1))
-    f.union((k, 1), (v, 1))
-    for u, i in ((q, 1), (k, 1), (q, 3), (v, 3)):
+    for u, i in ((q, 1), (k, 1), (v, 1), (q, 3), (v, 3)):
         f.mark((u, i), FIXED)
     f.union((q, 3), (k, 3))
     f.union((v, 3), (o, 3))

@@ -17,9 +17,10 @@ compute type (f32 unless a float type is set); each result is rounded once to it
   of per-axis counts held in one small constant vector per spatial axis (AVGPOOL_EXCLUDE_PADDING).
 - backward: one ``linalg.generic`` over ``(n, c, i..., k...)`` (reduction on ``k``): the window
   offset ``k`` of input position ``i`` belongs to output ``o = (i + pre - k) / stride`` when that
-  divides exactly and ``0 <= o < O``; the region reads dy (already divided by the window's divisor
-  for the averages) and, for MAXPOOL, the index at ``o`` with ``tensor.extract`` (a gather), and
-  adds dy where the offset is valid (and, for MAXPOOL, equals the index).
+  divides exactly and ``0 <= o < O``; the region reads dy and, for MAXPOOL, the index at ``o``
+  with ``tensor.extract`` (a gather), and adds dy where the offset is valid (and, for MAXPOOL, equals the index); the averages divide the
+  gathered dy by its window's divisor there (the in-bounds count from index arithmetic for
+  AVGPOOL_EXCLUDE_PADDING).
 """
 from __future__ import annotations
 
@@ -94,6 +95,21 @@ def _axis_counts(em: Emitter, sizes, p: PoolParams, out_sp, acc: str) -> list[Va
         ssa = em.op(f"arith.constant dense<[{lits}]> : {tensor_type((o,), acc)}", "cnt")
         out.append(Value(ssa, (o,), acc))
     return out
+
+
+def _count_at(em: Emitter, pos, sizes, p: PoolParams, acc: str) -> str:
+    """In a region: the in-bounds count of the window of output position ``pos`` (index values),
+    ``prod_a min(o*s - pre + w, S) - max(o*s - pre, 0)``, as an ``acc`` float."""
+    zero, cnt = em.const(0, "index"), None
+    for a, q in enumerate(pos):
+        stride, pre = em.const(p.stride[a], "index"), em.const(p.pre[a], "index")
+        win, size = em.const(p.window[a], "index"), em.const(sizes[a], "index")
+        start = em.op(f"arith.subi {em.op(f'arith.muli {q}, {stride} : index')}, {pre} : index")
+        end = em.op(f"arith.minsi {em.op(f'arith.addi {start}, {win} : index')}, {size} : index")
+        n = em.op(f"arith.subi {end}, {em.op(f'arith.maxsi {start}, {zero} : index')} : index")
+        cnt = n if cnt is None else em.op(f"arith.muli {cnt}, {n} : index")
+    i = em.op(f"arith.index_cast {cnt} : index to i32")
+    return em.op(f"arith.sitofp {i} : i32 to {acc}")
 
 
 def _divided(em: Emitter, v: Value, sizes, p: PoolParams, acc: str) -> Value:
@@ -222,8 +238,12 @@ def lower_resample_bwd(ctx: LowerContext, node: NodeDesc) -> None:
                              f"index must be INT32 (or INT64)", "unsupported")
         src, index = dy, ctx.value(at.index_uid)
     else:
-        src, index = _divided(em, dy, dx_static[2:], p, acc), None
+        # NOTE: the divisor is computed in the gather's body, not by an elementwise producer of dy:
+        # IREE 3.13's CUDA codegen gave wrong sums for that producer feeding the tensor.extract
+        # gather when dy is channels-last and the window padded (benchmarks/gpu_pool_probe.py).
+        src, index = dy, None
     out_sp = dy_static[2:]
+    in_sp = dx_static[2:]
     dx_shape = tuple(ctx.dims(at.dx_uid))
     koff = _offsets(em, p.window)
     d = [f"d{i}" for i in range(2 + 2 * rank)]
@@ -256,6 +276,10 @@ def lower_resample_bwd(ctx: LowerContext, node: NodeDesc) -> None:
         at_o = f"[{ix[0]}, {ix[1]}, {', '.join(pos)}]"
         g = em.op(f"tensor.extract {src.ssa}{at_o} : {src.type}")
         g = em.cast(g, src.elem, acc)
+        if p.mode == AVG_INCLUDE:
+            g = em.op(f"arith.divf {g}, {em.const(float(p.size), acc)} : {acc}")
+        elif p.mode == AVG_EXCLUDE:
+            g = em.op(f"arith.divf {g}, {_count_at(em, pos, in_sp, p, acc)} : {acc}")
         if index is not None:
             j = em.op(f"tensor.extract {index.ssa}{at_o} : {index.type}")
             j = em.cast(j, index.elem, "i32")

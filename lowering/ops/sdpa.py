@@ -1,7 +1,7 @@
 """Scaled dot-product attention -> ``iree_linalg_ext.attention``, or a chain of ``linalg.generic`` ops.
 
 ``o = softmax(q k^T * scale + mask) v`` over logical shapes q ``[B, Hq, Sq, D]``,
-k ``[B, Hk, Skv, D]``, v ``[B, Hk, Skv, Dv]``, o ``[B, Hq, Sq, Dv]``.
+k ``[B, Hk, Skv, D]``, v ``[B, Hv, Skv, Dv]``, o ``[B, Hq, Sq, Dv]``.
 
 Fused path (:func:`lower_fused`): one ``iree_linalg_ext.attention`` op, which IREE
 lowers to a flash-attention style kernel (online softmax over key tiles; the
@@ -17,7 +17,9 @@ PyTorch's). Causal masking is an ``i1 [Sq, Skv]`` mask built in-graph from
 ``linalg.index`` (combined with the user mask when there is one); top-left aligned
 causal masking keeps key 0 for every query, so it never empties a row by itself.
 Grouped-query attention splits q's head axis into ``[Hk, G]`` (``tensor.expand_shape``);
-k and v are indexed by ``Hk`` only, G is one more "query" axis of the op. Compared with the
+k and v are indexed by ``Hk`` only, G is one more "query" axis of the op. When v's head count
+differs from k's (``Hv != Hk``, both dividing Hq), both are first repeated to ``lcm(Hk, Hv)``
+heads (:func:`common_kv_heads`). Compared with the
 composition, f16/bf16 results move by about an ulp of the io type (the two roundings above).
 
 NOTE: measured with IREE 3.13: on an H200 (cuda:sm_80 plans) causal f16 [4, 16, 2048, 128]
@@ -82,6 +84,42 @@ def _split_heads(em: Emitter, v: Value, axis: int, hk: int, g: int) -> Value:
     name = em.op(f"tensor.expand_shape {v.ssa} {reassoc} output_shape [{', '.join(map(str, shape))}] "
                  f": {v.type} into {tensor_type(shape, v.elem)}", "r")
     return Value(name, shape, v.elem)
+
+
+def _repeat_heads(em: Emitter, x: Value, r: int) -> Value:
+    """``x [B, H, S, E]`` with each head repeated ``r`` times: ``[B, H * r, S, E]``, head ``h`` of the
+    result is head ``h // r`` of ``x`` (a broadcast to ``[B, H, r, S, E]``, then a collapse)."""
+    if r == 1:
+        return x
+    b, h, s, e = x.shape
+    wide = em.generic([(x, _amap(5, ["d0", "d1", "d3", "d4"]))], (b, h, r, s, e), x.elem, ["parallel"] * 5,
+                      _ident(5), lambda a: a[0])
+    return _merge_heads(em, wide, 1)
+
+
+def common_kv_heads(em: Emitter, k: Value, v: Value) -> tuple[Value, Value]:
+    """k and v on one head count when theirs differ (cuDNN allows ``Hk != Hv``, both dividing Hq):
+    each repeated to ``lcm(Hk, Hv)`` heads, which divides Hq, so the grouped-query path applies."""
+    hk, hv = k.shape[1], v.shape[1]
+    if hk == hv:
+        return k, v
+    hc = math.lcm(hk, hv)
+    return _repeat_heads(em, k, hc // hk), _repeat_heads(em, v, hc // hv)
+
+
+def sum_head_groups(em: Emitter, x: Value, h: int) -> Value:
+    """The inverse of :func:`_repeat_heads` for gradients: ``x [B, H', S, E]`` summed over each run
+    of ``H' / h`` consecutive heads, ``[B, h, S, E]``."""
+    r = x.shape[1] // h
+    if r == 1:
+        return x
+    b, _, s, e = x.shape
+    split = _split_heads(em, x, 1, h, r)
+    return em.generic([(split, _ident(5))], (b, h, s, e), x.elem,
+                      ["parallel", "parallel", "reduction", "parallel", "parallel"],
+                      _amap(5, ["d0", "d1", "d3", "d4"]),
+                      lambda a: em.op(f"arith.addf {a[1]}, {a[0]} : {x.elem}"),
+                      init=em.filled((b, h, s, e), x.elem, 0.0))
 
 
 def _merge_heads(em: Emitter, v: Value, axis: int) -> Value:
@@ -190,6 +228,7 @@ def lower_sdpa(ctx: LowerContext, node: NodeDesc) -> None:
         ct = "f32"  # NOTE: softmax needs a float type; an integer compute type falls back to f32
     b, hq, sq, d = q.shape
     skv = k.shape[2]
+    k, v = common_kv_heads(ctx.em, k, v)
     scale = sdpa_scale(ctx, node, d)
     mask = user_mask(ctx, node, (b, hq, sq, skv))
     blocker = fused_path_blocker(q.elem, k.elem, v.elem, mask and mask.elem, ct)

@@ -15,7 +15,9 @@ logits, as sdpa's ``generate_stats`` writes it), in the compute type (f32 unless
 
 Grouped-query attention splits the query head axis into ``[Hk, G]`` as the forward does
 (:class:`lowering.ops.sdpa._Rows`): dk and dv reduce over G with the queries, so they are summed
-over the query heads that share a kv head. Each output is rounded once to its declared type.
+over the query heads that share a kv head. When k and v have different head counts both are
+repeated to ``lcm(Hk, Hv)`` heads first (:func:`lowering.ops.sdpa.common_kv_heads`) and dk, dv
+summed back over the repeats. Each output is rounded once to its declared type.
 """
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ from lowering._emit import FLOAT_TYPES, Emitter, Value
 from lowering._registry import register_lowering
 from graph_ir.desc import GraphError, NodeDesc, OpKind
 from graph_ir.ops.sdpa import sdpa_shape
-from lowering.ops.sdpa import _amap, _ident, _Rows, masked_logits, sdpa_scale, user_mask
+from lowering.ops.sdpa import (_amap, _ident, _Rows, common_kv_heads, masked_logits, sdpa_scale, sum_head_groups,
+                               user_mask)
 
 _INF = math.inf
 
@@ -50,7 +53,9 @@ def lower_sdpa_backward(ctx: LowerContext, node: NodeDesc) -> None:
     b, hq, sq, d = q.shape
     scale = sdpa_scale(ctx, node, d)
     mask = user_mask(ctx, node, (b, hq, sq, k.shape[2]))
-    dq, dk, dv = lower_backward(ctx.em, q, k, v, o, do, stats, mask, scale, at.is_causal, ct)
+    kc, vc = common_kv_heads(ctx.em, k, v)
+    dq, dk, dv = lower_backward(ctx.em, q, kc, vc, o, do, stats, mask, scale, at.is_causal, ct)
+    dk, dv = sum_head_groups(ctx.em, dk, k.shape[1]), sum_head_groups(ctx.em, dv, v.shape[1])
     ctx.define(at.dq_uid, dq)
     ctx.define(at.dk_uid, dk)
     ctx.define(at.dv_uid, dv)

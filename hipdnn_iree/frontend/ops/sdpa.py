@@ -24,9 +24,10 @@ class SdpaOps:
         """Scaled dot-product attention: ``o = softmax(q k^T * attn_scale + mask) v``.
 
         Logical dims (cuDNN/hipDNN order; other memory layouts such as BSHD go in the strides):
-        q ``[B, Hq, Sq, D]``, k ``[B, Hk, Skv, D]``, v ``[B, Hk, Skv, Dv]`` -> o ``[B, Hq, Sq, Dv]``.
+        q ``[B, Hq, Sq, D]``, k ``[B, Hk, Skv, D]``, v ``[B, Hv, Skv, Dv]`` -> o ``[B, Hq, Sq, Dv]``.
         With ``Hk < Hq`` (``Hq % Hk == 0``) this is grouped-query attention: query head ``h``
-        attends with kv head ``h // (Hq / Hk)``.
+        attends with kv head ``h // (Hq / Hk)``; v's head count may differ from k's (as in
+        cuDNN), query head ``h`` then reads v head ``h // (Hq / Hv)``.
 
         Args:
             q, k, v: query, key and value tensors.

@@ -17,7 +17,7 @@ from graph_ir.desc import NodeDesc, OpKind
 
 
 def sdpa_backward(q, k, v, o, do, stats, scale: float | None = None, is_causal: bool = False, mask=None):
-    """``(dq, dk, dv)`` of sdpa at q ``[B, Hq, Sq, D]``, k ``[B, Hk, Skv, D]``, v ``[B, Hk, Skv, Dv]``
+    """``(dq, dk, dv)`` of sdpa at q ``[B, Hq, Sq, D]``, k ``[B, Hk, Skv, D]``, v ``[B, Hv, Skv, Dv]``
     given o, do ``[B, Hq, Sq, Dv]`` and stats ``[B, Hq, Sq, 1]``.
 
     Example:
@@ -31,13 +31,12 @@ def sdpa_backward(q, k, v, o, do, stats, scale: float | None = None, is_causal: 
     q, k, v, o, do, stats = (np.asarray(x, dtype=np.float64) for x in (q, k, v, o, do, stats))
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
-    hq, hk = q.shape[1], k.shape[1]
-    group = hq // hk
+    hq = q.shape[1]
     s = logits(q, k, scale, is_causal, mask)
     empty = np.isneginf(stats)
     with np.errstate(invalid="ignore"):
         p = np.where(empty | np.isneginf(s), 0.0, np.exp(s - np.where(empty, 0.0, stats)))
-    kr, vr = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    kr, vr = np.repeat(k, hq // k.shape[1], axis=1), np.repeat(v, hq // v.shape[1], axis=1)
     dv = np.einsum("bhij,bhie->bhje", p, do)
     dp = np.einsum("bhie,bhje->bhij", do, vr)
     delta = (do * o).sum(axis=-1, keepdims=True)
@@ -45,10 +44,10 @@ def sdpa_backward(q, k, v, o, do, stats, scale: float | None = None, is_causal: 
     dq = scale * np.einsum("bhij,bhjd->bhid", ds, kr)
     dk = scale * np.einsum("bhij,bhid->bhjd", ds, q)
 
-    def per_kv_head(x):   # [B, Hq, ...] -> [B, Hk, ...]: the sum over each kv head's query heads
-        return x.reshape(x.shape[0], hk, group, *x.shape[2:]).sum(axis=2)
+    def per_kv_head(x, h):   # [B, Hq, ...] -> [B, h, ...]: the sum over each kv head's query heads
+        return x.reshape(x.shape[0], h, hq // h, *x.shape[2:]).sum(axis=2)
 
-    return dq, per_kv_head(dk), per_kv_head(dv)
+    return dq, per_kv_head(dk, k.shape[1]), per_kv_head(dv, v.shape[1])
 
 
 @register_reference(OpKind.SDPA_BACKWARD)
