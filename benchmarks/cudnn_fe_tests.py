@@ -130,6 +130,14 @@ def run_file(folder: Path, name: str, timeout: float, extra: list[str], side: st
                     if el is not None:
                         outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
                         message = _first_line((el.get("message") or "") + "\n" + (el.text or ""))
+                        if tag == "failure":
+                            # NOTE: assert_close's message spans lines (mismatched count, greatest
+                            # differences and where); keep them, with the test's last traceback line
+                            detail = [ln.strip() for ln in (el.text or "").splitlines()
+                                      if ln.strip().startswith("E ")][:8]
+                            where = [ln.strip() for ln in (el.text or "").splitlines() if ".py:" in ln][-2:]
+                            if detail or where:
+                                message = " | ".join(detail + where)[:900]
                         break
                 xfail = outcome == "skipped" and "xfail" in (el.get("type") or "")
                 tests.append({"test": case.get("name"), "outcome": outcome, "message": message,

@@ -18,7 +18,7 @@ dl -d .cudnn_whl nvidia-cudnn-frontend
 tmp=$(mktemp -d)
 mkdir -p "$tmp/site" "$tmp/comp"
 for w in .whl/*.whl; do $PY -m zipfile -e "$w" "$tmp/site"; done
-rm -rf "$tmp/site/iree/_runtime_libs/"*tracy* "$tmp/site/iree/_runtime_libs/iree-"* 2>/dev/null || true
+rm -rf "$tmp/site/iree/_runtime_libs_tracy" "$tmp/site/iree/_runtime_libs/iree-"* "$tmp/site/"*.dist-info/RECORD 2>/dev/null || true
 tar -C "$tmp/site" -cJf .gpu_rt/site.tar.xz .
 dl -d "$tmp" "iree-base-compiler==$IREE"
 $PY -m zipfile -e "$tmp"/iree_base_compiler-*.whl "$tmp/comp"
