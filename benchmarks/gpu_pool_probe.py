@@ -35,9 +35,11 @@ def probe(torch, h, mode, part, nhwc, pad, dev):
     g.build(h)
     xt = torch.randn(N, C, HW, HW, device=dev).contiguous(memory_format=torch.channels_last if nhwc else torch.contiguous_format)
     dyt = torch.randn(N, C, O, O, device=dev).contiguous(memory_format=torch.channels_last if nhwc else torch.contiguous_format)
-    xx = xt.double().requires_grad_(True)
+    # NOTE: the reference runs channels-first: torch's CUDA average-pool backward on channels-last
+    # float64 tensors disagreed with its own contiguous result (benchmarks/torch_avgpool_channels_last.py)
+    xx = xt.double().contiguous().requires_grad_(True)
     yy = F.avg_pool2d(xx, K, S, pad, count_include_pad=mode == M.AVGPOOL_INCLUDE_PADDING)
-    yy.backward(dyt.double())
+    yy.backward(dyt.double().contiguous())
     if part == "fwd":
         out = torch.full_like(yy, float("nan"), dtype=torch.float32).contiguous(
             memory_format=torch.channels_last if nhwc else torch.contiguous_format)

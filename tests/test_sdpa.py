@@ -667,3 +667,15 @@ def test_sdpa_scale_tensor_refusals():
     with pytest.raises(hd.HipdnnError) as e:
         g.validate()
     assert e.value.status == hd.Status.BAD_PARAM and "scale_tensor_uid" in str(e.value) and "[1, 4]" in str(e.value)
+
+
+@pytest.mark.parametrize("d, fused", [(256, True), (264, False)])
+def test_cuda_fused_path_only_up_to_head_dim_256(d, fused):
+    # IREE 3.13's CUDA attention kernel was wrong for q/k head dims above 256 on the H200
+    # (benchmarks/gpu_sdpa_fused_probe.py): those graphs take the composition on CUDA targets.
+    g = hd.Graph(io_data_type=hd.DataType.HALF, compute_data_type=hd.DataType.FLOAT)
+    q = g.tensor(name="q", uid=1, dim=[1, 2, 16, d], stride=[32 * d, 16 * d, d, 1])
+    k = g.tensor(name="k", uid=2, dim=[1, 2, 16, d], stride=[32 * d, 16 * d, d, 1])
+    v = g.tensor(name="v", uid=3, dim=[1, 2, 16, 64], stride=[2048, 1024, 64, 1])
+    g.sdpa(q, k, v, attn_scale=0.1).set_output(True).set_uid(4)
+    assert ("iree_linalg_ext.attention" in g.get_mlir(target="cuda:sm_80")) == fused

@@ -28,13 +28,16 @@ def _pool(name, dt, mode):
 
     def refs(torch, t):
         F = torch.nn.functional
-        xx = t[1].double().detach().requires_grad_(True)
+        # NOTE: the reference runs channels-first (contiguous): torch's CUDA average-pool backward on
+        # channels-last float64 tensors disagreed with its CPU and contiguous results on the H200
+        # (benchmarks/torch_avgpool_channels_last.py)
+        xx = t[1].double().contiguous().detach().requires_grad_(True)
         out = {}
         if mode == hd.ResampleMode.MAXPOOL:
             yy = F.max_pool2d(xx, K, S, P)
         else:
             yy = F.avg_pool2d(xx, K, S, P, count_include_pad=mode == hd.ResampleMode.AVGPOOL_INCLUDE_PADDING)
-        yy.backward(t[4].double())
+        yy.backward(t[4].double().contiguous())
         out.update({2: yy.detach(), 5: xx.grad})
         return out
 

@@ -238,9 +238,9 @@ def lower_resample_bwd(ctx: LowerContext, node: NodeDesc) -> None:
                              f"index must be INT32 (or INT64)", "unsupported")
         src, index = dy, ctx.value(at.index_uid)
     else:
-        # NOTE: the divisor is computed in the gather's body, not by an elementwise producer of dy:
-        # IREE 3.13's CUDA codegen gave wrong sums for that producer feeding the tensor.extract
-        # gather when dy is channels-last and the window padded (benchmarks/gpu_pool_probe.py).
+        # NOTE: the divisor is computed in the gather's body. (The H200 FAIL rows that led here were
+        # the reference's: torch's CUDA channels-last average-pool backward, see
+        # benchmarks/torch_avgpool_channels_last.py; the engine was right on every path.)
         src, index = dy, None
     out_sp = dy_static[2:]
     in_sp = dx_static[2:]

@@ -131,6 +131,9 @@ def _merge_heads(em: Emitter, v: Value, axis: int) -> Value:
     return Value(name, shape, v.elem)
 
 
+# The largest q/k head dim the fused op is used for on CUDA targets (lower_sdpa's NOTE).
+_FUSED_MAX_D_CUDA = 256
+
 # Element types the fused op takes for q, k and v (one type for all three).
 _FUSED_QKV = ("f16", "bf16", "f32")
 
@@ -243,6 +246,12 @@ def lower_sdpa(ctx: LowerContext, node: NodeDesc) -> None:
         # the fused op walks one query and two keys at a time ([1,8,512,64] f16 causal: 16 vs 470 ms);
         # fused on GPUs (H200: 13.7 -> 3.5 ms at [4,16,2048,128]). The SDPA_FORM knob chooses.
         blocker = "lowering policy (sdpa_fused=False)"
+    if blocker is None and d > _FUSED_MAX_D_CUDA and str(ctx.policy.target or "").startswith("cuda"):
+        # NOTE: measured on an H200 (IREE 3.13, cuda:sm_80 PTX; benchmarks/gpu_sdpa_fused_probe.py): the
+        # fused op gave wrong o (max error about 5 on outputs of size about 4) for q/k head dims 264 and
+        # 520, and was right for 32 to 256 (and for v head dims up to 520 with D = 64); the composition
+        # is right there. Not measured on ROCm.
+        blocker = f"head dim D={d} > {_FUSED_MAX_D_CUDA} on CUDA"
     if blocker is None:
         if needs_relayout_barrier(ctx, at.v_uid):
             # NOTE: IREE transposes the attention op's V and moves that transpose into V's producer; a
