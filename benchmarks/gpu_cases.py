@@ -292,10 +292,15 @@ def _torch_inputs(torch, tensors, dt, device):
     out = {}
     for t in tensors:
         dims, strides = list(t.dims), list(t.strides)
-        tdt = {hd.DataType.FLOAT: "float32", hd.DataType.HALF: "float16", hd.DataType.BFLOAT16: "bfloat16"}.get(
-            t.data_type, TORCH_DT[dt])
+        tdt = {hd.DataType.FLOAT: "float32", hd.DataType.HALF: "float16", hd.DataType.BFLOAT16: "bfloat16",
+               hd.DataType.BOOLEAN: "bool"}.get(t.data_type, TORCH_DT[dt])
         buf = torch.empty_strided(dims, strides, dtype=getattr(torch, tdt), device=device)
-        if t.role == "input":
+        if t.role == "input" and tdt == "bool":
+            # a keep-mask [.., Sq, Skv]: about 70% kept, and every fifth query row masked entirely
+            keep = torch.rand(dims, generator=gen, device=device) < 0.7
+            keep[..., ::5, :] = False
+            buf.copy_(keep)
+        elif t.role == "input":
             vals = torch.randn(dims, generator=gen, device=device, dtype=torch.float32)
             if t.name in ("inv_var",):
                 vals = vals.abs() + 0.5
