@@ -4,8 +4,9 @@ Descriptors and attributes (``desc``), the FlatBuffer codec and its bounds check
 ``fbverify``, ``_fbs``: flatc's code for schemas/graph.fbs), data types (``dtypes``), memory
 layouts (``layout``), the dynamic-shape analysis (``dynamic``) and one definition per op kind
 (``opdef.OPS``, filled by ``ops/``: one module per op, imported here so the registry is always
-complete). It imports nothing of the frontend, the engines or the MLIR emitters (``lowering/``),
-and reads no environment.
+complete), and the custom ops registered in this process (``custom_ops``: what a CUSTOM_OP node's
+id resolves to, the one piece of process state). It imports nothing of the frontend, the engines
+or the MLIR emitters (``lowering/``), and reads no environment.
 """
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from typing import ClassVar
 
 import flatbuffers
 
+from graph_ir import custom_ops
 from graph_ir._fbs import graph_generated as G
 from graph_ir._fbs import graph_tables as T
 
@@ -174,6 +175,9 @@ class _Attrs:
     SPEC: ClassVar[tuple]
     _IN: ClassVar[tuple[str, ...]]
     _OUT: ClassVar[tuple[str, ...]]
+    # fields holding a list of tensors (CUSTOM_OP's input_uids/output_uids): operands after _IN/_OUT's
+    _IN_LISTS: ClassVar[tuple[str, ...]] = ()
+    _OUT_LISTS: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -186,10 +190,12 @@ class _Attrs:
                 object.__setattr__(self, name, f32(getattr(self, name)))
 
     def inputs(self) -> tuple[int, ...]:
-        return tuple(u for u in (getattr(self, f) for f in self._IN) if u != ABSENT)
+        return (tuple(u for u in (getattr(self, f) for f in self._IN) if u != ABSENT)
+                + tuple(u for f in self._IN_LISTS for u in getattr(self, f)))
 
     def outputs(self) -> tuple[int, ...]:
-        return tuple(u for u in (getattr(self, f) for f in self._OUT) if u != ABSENT)
+        return (tuple(u for u in (getattr(self, f) for f in self._OUT) if u != ABSENT)
+                + tuple(u for f in self._OUT_LISTS for u in getattr(self, f)))
 
     def unsupported(self) -> str | None:
         """Why this project cannot run the node as written (a field it does not honour), or None."""
@@ -680,6 +686,80 @@ class ResampleBwdAttrs(_Attrs):
     padding_mode: int = PADDING_MODE_NOT_SET
 
 
+MOE_MODE_NONE, MOE_MODE_GATHER, MOE_MODE_SCATTER = 0, 1, 2   # hipDNN's MoeGroupedMatmulMode
+
+
+@dataclass(frozen=True)
+class MoeGroupedMatmulAttrs(_Attrs):
+    """Grouped (per-expert) matmul of routed token rows (graph_ir/ops/_moe.py has the rules).
+
+    ``first_token_offset`` ``[G, 1, 1]`` (G = batch * E) holds the first routed row of each group;
+    group ``g`` owns rows ``[offset[g], offset[g + 1])`` (the last one up to the routed row count)
+    and multiplies them by ``weight[g % E]``. ``mode`` NONE: routed row r reads token row r and
+    writes output row r; GATHER: reads token row ``token_index[r]``; SCATTER: writes output row
+    ``token_index[r] * top_k + token_ks[r]``. Output rows no group writes are zero."""
+
+    KIND: ClassVar[OpKind] = OpKind.MOE_GROUPED_MATMUL
+    _IN: ClassVar = ("token_uid", "weight_uid", "first_token_offset_uid", "token_index_uid", "token_ks_uid")
+    _OUT: ClassVar = ("output_uid",)
+    token_uid: int
+    weight_uid: int
+    first_token_offset_uid: int
+    output_uid: int
+    token_index_uid: int = ABSENT
+    token_ks_uid: int = ABSENT
+    mode: int = MOE_MODE_NONE
+    top_k: int = 0
+
+
+@dataclass(frozen=True)
+class MoeGroupedMatmulBwdAttrs(_Attrs):
+    """The weight gradient of :class:`MoeGroupedMatmulAttrs` (NONE routing): ``dweight[g]`` is the sum
+    over group g's rows r of ``token[r]^T doutput[r]``; ``dweight`` ``[G, K, N]``."""
+
+    KIND: ClassVar[OpKind] = OpKind.MOE_GROUPED_MATMUL_BWD
+    _IN: ClassVar = ("doutput_uid", "token_uid", "first_token_offset_uid")
+    _OUT: ClassVar = ("dweight_uid",)
+    doutput_uid: int
+    token_uid: int
+    first_token_offset_uid: int
+    dweight_uid: int
+
+
+@dataclass(frozen=True)
+class CustomOpAttrs(_Attrs):
+    """hipDNN's CUSTOM_OP: the operation ``custom_op_id`` (``"<plugin>.<op>"``) names, which this
+    project resolves to a registration of this process (graph_ir/custom_ops.py,
+    ``hd.register_custom_op``). Its tensors are lists: ``input_uids`` are the function's arguments
+    and ``output_uids`` its results, in order; ``data`` is opaque to the graph (the registration
+    reads it)."""
+
+    KIND: ClassVar[OpKind] = OpKind.CUSTOM_OP
+    RENAME: ClassVar = {"input_tensor_uids": "input_uids", "output_tensor_uids": "output_uids"}
+    _IN: ClassVar = ()
+    _OUT: ClassVar = ()
+    _IN_LISTS: ClassVar = ("input_uids",)
+    _OUT_LISTS: ClassVar = ("output_uids",)
+    custom_op_id: str = ""
+    input_uids: tuple[int, ...] = ()
+    output_uids: tuple[int, ...] = ()
+    data: bytes = b""
+
+    def __post_init__(self):
+        super().__post_init__()
+        # NOTE: any iterable of uids and any bytes-like data (the frontend passes lists and bytearrays)
+        object.__setattr__(self, "input_uids", tuple(int(u) for u in self.input_uids))
+        object.__setattr__(self, "output_uids", tuple(int(u) for u in self.output_uids))
+        if not isinstance(self.data, bytes):
+            object.__setattr__(self, "data", bytes(memoryview(self.data)))
+
+    def unsupported(self):
+        if custom_ops.lookup(self.custom_op_id) is None:
+            return (f"hipDNN CustomOpAttributes id {self.custom_op_id!r} names no custom op registered in this "
+                    "process (hd.register_custom_op)")
+        return None
+
+
 def _generic(kind: OpKind, outs: tuple[str, ...], rename: dict | None = None) -> type[_Attrs]:
     """An attributes class for a node type this project parses but does not lower: every field
     from graph.fbs (:func:`schema_spec`), ``outs`` its output tensors, ``rename`` as RENAME."""
@@ -700,15 +780,15 @@ def _generic(kind: OpKind, outs: tuple[str, ...], rename: dict | None = None) ->
     return cls
 
 
-# The node types parsed but not lowered: output tensors (and RENAME where the rule does not fit). Their
-# OpDefs (graph_ir/ops/_parse_only.py, supported=False) come from this table; every other kind is lowered.
-PARSE_ONLY = {
+# Attribute classes made from the schema alone: output tensors (and RENAME where the rule does not fit).
+GENERIC_ATTRS = {
     OpKind.BLOCK_SCALE_DEQUANTIZE: (("y_uid",),),
     OpKind.BLOCK_SCALE_QUANTIZE: (("y_uid", "scale_uid"),),
-    OpKind.CUSTOM_OP: ((), {"input_tensor_uids": "input_uids", "output_tensor_uids": "output_uids"}),
-    OpKind.MOE_GROUPED_MATMUL: (("output_uid",),),
-    OpKind.MOE_GROUPED_MATMUL_BWD: (("dweight_uid",),),
 }
+
+# The node types parsed but not lowered: their OpDefs (graph_ir/ops/_parse_only.py, supported=False)
+# come from this set; every other kind is lowered.
+PARSE_ONLY: set = set()
 
 # The kinds this project lowers: those not in PARSE_ONLY (graph_ir.opdef.check_registry checks that each
 # has a supported OpDef).
@@ -719,9 +799,10 @@ ATTRS_BY_KIND: dict[OpKind, type[_Attrs]] = {
     for cls in (PointwiseAttrs, MatmulAttrs, ConvFpropAttrs, ConvDgradAttrs, ConvWgradAttrs,
                 ReductionAttrs, BatchnormInferenceAttrs, LayernormAttrs, RmsnormAttrs, SdpaAttrs,
                 BatchnormAttrs, BatchnormBackwardAttrs, BatchnormInferenceVarianceExtAttrs, LayernormBackwardAttrs,
-                RmsnormBackwardAttrs, SdpaBackwardAttrs, ResampleFwdAttrs, ResampleBwdAttrs)
+                RmsnormBackwardAttrs, SdpaBackwardAttrs, ResampleFwdAttrs, ResampleBwdAttrs, CustomOpAttrs,
+                MoeGroupedMatmulAttrs, MoeGroupedMatmulBwdAttrs)
 }
-for _kind, _args in PARSE_ONLY.items():
+for _kind, _args in GENERIC_ATTRS.items():
     ATTRS_BY_KIND[_kind] = _generic(_kind, *_args)
     globals()[ATTRS_BY_KIND[_kind].__name__] = ATTRS_BY_KIND[_kind]
 assert set(ATTRS_BY_KIND) == set(OpKind), set(OpKind) - set(ATTRS_BY_KIND)

@@ -5,10 +5,14 @@ from graph_ir._fbs.graph_generated import DataType as D
 
 DATA_TYPE_NAMES = {v: k for k, v in vars(D).items() if not k.startswith("_") and isinstance(v, int)}
 
-# Element types the lowering and the reference run; the rest (FP8/FP6/FP4/INT4 ...) parse and
-# are refused by name.
+# Element types the lowering and the reference run; the rest (FP6, INT4, the FNUZ FP8 variants) parse
+# and are refused by name.
 SUPPORTED_DATA_TYPES = frozenset((D.UNSET, D.FLOAT, D.HALF, D.BFLOAT16, D.DOUBLE, D.UINT8, D.INT32, D.INT8,
-                                  D.INT64, D.BOOLEAN))
+                                  D.INT64, D.BOOLEAN, D.FP8_E4M3, D.FP8_E5M2, D.FP8_E8M0, D.FP4_E2M1))
+
+# The 8- and 4-bit float types: one code per byte at the module boundary (``i8``), decoded to f32
+# inside (lowering/_minifloat.py); numpy buffers are ml_dtypes arrays.
+MINIFLOAT_FORMATS = {D.FP8_E4M3: "e4m3", D.FP8_E5M2: "e5m2", D.FP8_E8M0: "e8m0", D.FP4_E2M1: "e2m1"}
 
 
 def data_type_name(v: int) -> str:
@@ -26,4 +30,8 @@ ELEMENT_TYPES = {
     D.INT32: ("i32", "int32"),
     D.INT64: ("i64", "int64"),
     D.BOOLEAN: ("i1", "bool"),
+    D.FP8_E4M3: ("i8", "float8_e4m3fn"),
+    D.FP8_E5M2: ("i8", "float8_e5m2"),
+    D.FP8_E8M0: ("i8", "float8_e8m0fnu"),
+    D.FP4_E2M1: ("i8", "float4_e2m1fn"),
 }

@@ -25,6 +25,7 @@ TRAITS = frozenset({
     "reduction",       # reduces axes to size 1 (reduction)
     "normalization",   # batchnorm, layernorm, rmsnorm
     "attention",       # scaled dot-product attention
+    "gather",          # a contraction reading an operand at indices computed from tensor values (moe)
 })
 
 

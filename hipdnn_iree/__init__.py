@@ -13,19 +13,22 @@ Example:
 """
 from hipdnn_iree.plugin_sdk.version import __version__
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
-from hipdnn_iree.plugin_sdk.types import DataType, NormFwdPhase, PointwiseMode, ReductionMode, ResampleMode
+from hipdnn_iree.plugin_sdk.types import (DataType, MoeGroupedMatmulMode, NormFwdPhase, PointwiseMode, ReductionMode,
+                                          ResampleMode)
 from hipdnn_iree.plugin_sdk.engine_ids import engine_id_from_name
 from hipdnn_iree.plugin_sdk.engine_config import BuildPlanPolicy, HeurMode, Knob
 from hipdnn_iree.backend.handle import Handle, create_handle
 from hipdnn_iree.frontend.tensor import TensorAttributes
 from hipdnn_iree.frontend.graph import Graph
 from hipdnn_iree.frontend.kernel_cache import KernelCache
+from hipdnn_iree.frontend.custom_ops import register_custom_op, registered_custom_ops, unregister_custom_op
 from hipdnn_iree.backend.planfile import load_plan, save_plan
 from hipdnn_iree.plugin_sdk.buffers import empty_aligned
 from hipdnn_iree import backend
 from hipdnn_iree.backend.plan import PlanTensor
 
 __all__ = [
-    "BuildPlanPolicy", "DataType", "Graph", "HeurMode", "Knob", "Handle", "HipdnnError", "KernelCache", "NormFwdPhase", "PlanTensor", "PointwiseMode", "ReductionMode", "ResampleMode", "Status",
-    "TensorAttributes", "__version__", "backend", "create_handle", "empty_aligned", "engine_id_from_name", "load_plan", "save_plan",
+    "BuildPlanPolicy", "DataType", "Graph", "HeurMode", "Knob", "Handle", "HipdnnError", "KernelCache", "MoeGroupedMatmulMode", "NormFwdPhase", "PlanTensor", "PointwiseMode", "ReductionMode", "ResampleMode", "Status",
+    "TensorAttributes", "__version__", "backend", "create_handle", "empty_aligned", "engine_id_from_name", "load_plan", "register_custom_op",
+    "registered_custom_ops", "save_plan", "unregister_custom_op",
 ]

@@ -7,11 +7,20 @@ from lowering._emit import FLOAT_TYPES, Emitter, Value, element_type, float_lite
 from graph_ir._fbs.graph_generated import DataType
 from graph_ir.desc import GraphDesc, GraphError, NodeDesc, TensorDesc
 from lowering.policy import LoweringPolicy
+from lowering._minifloat import E8M0, FORMATS, decode_value, encode_value
+from graph_ir.dtypes import MINIFLOAT_FORMATS
 
 
 class LowerContext:
-    def __init__(self, graph: GraphDesc, emitter: Emitter, policy: LoweringPolicy, dyn_dims: dict | None = None):
+    def __init__(self, graph: GraphDesc, emitter: Emitter, policy: LoweringPolicy, dyn_dims: dict | None = None,
+                 symbol_prefix: str = ""):
         self.graph = graph
+        # Module-level functions beside the entry (CUSTOM_OP's registered code, lowering/ops/custom_op.py):
+        # their lines, and the symbol given to each distinct one; symbol_prefix keeps the symbols of
+        # @main_static's lowering (a second entry of one module) apart from @main's.
+        self.functions: list[str] = []
+        self.function_symbols: dict = {}
+        self.symbol_prefix = symbol_prefix
         # uid -> logical dims with a Sym for each dim chosen at execute time (graph_ir/dynamic.py);
         # None for a static lowering
         self.dyn_dims = dyn_dims
@@ -19,6 +28,7 @@ class LowerContext:
         self.policy = policy   # every form choice (lowering/policy.py); lowerings read nothing else
         self.target = policy.target
         self.values: dict[int, Value] = {}
+        self.raw: dict[int, Value] = {}   # minifloat tensors: uid -> their i8 codes (define)
         # Results IREE must not move a relayout transpose into (CUDA f16/bf16 matmuls): output
         # relayouts of values made from them sit behind a barrier (lowering/ops/matmul.py).
         self.mma_results: set[int] = set()
@@ -55,8 +65,25 @@ class LowerContext:
         if self.dims(uid) != v.shape:
             raise GraphError(f"tensor '{t.name}' (uid {uid}): declared dims {list(self.dims(uid))} but the "
                                 f"producing node gives {list(v.shape)}")
+        fmt = MINIFLOAT_FORMATS.get(t.data_type)
+        if fmt is not None:
+            # codes for the buffer (outputs), their values for the nodes that read the tensor
+            raw = encode_value(self.em, v, FORMATS.get(fmt, E8M0))
+            self.raw[uid] = raw
+            self.values[uid] = decode_value(self.em, raw, FORMATS.get(fmt, E8M0))
+            return
         self.values[uid] = self.em.convert(v, element_type(t.data_type, f"tensor '{t.name}'"),
                                            unsigned=t.data_type == DataType.UINT8)
+
+    def decode_input(self, uid: int, v: Value) -> Value:
+        """An input's logical value from its buffer's elements (``i8`` codes of a minifloat type
+        decoded to f32; any other type as it is)."""
+        fmt = MINIFLOAT_FORMATS.get(self.tensor(uid).data_type)
+        return v if fmt is None else decode_value(self.em, v, FORMATS.get(fmt, E8M0))
+
+    def stored(self, uid: int) -> Value | None:
+        """What an output's buffer receives: the codes of a minifloat tensor, else its value."""
+        return self.raw.get(uid, self.values.get(uid))
 
     def out_elem(self, uid: int) -> str:
         t = self.tensor(uid)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from graph_ir.desc import GraphError
-from graph_ir.dtypes import ELEMENT_TYPES
+from graph_ir.dtypes import ELEMENT_TYPES, MINIFLOAT_FORMATS
 
 FLOAT_TYPES = ("f16", "bf16", "f32", "f64")
 _FLOAT_WIDTH = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}
@@ -19,6 +19,15 @@ _INT_WIDTH = {"i1": 1, "i8": 8, "i32": 32, "i64": 64}
 
 
 def element_type(data_type: int, what: str = "tensor") -> str:
+    """The element type lowerings compute a tensor's values in: its MLIR type, ``f32`` for the
+    8- and 4-bit float types (stored as ``i8`` codes: :func:`storage_type`, lowering/_minifloat.py)."""
+    if data_type in MINIFLOAT_FORMATS:
+        return "f32"
+    return storage_type(data_type, what)
+
+
+def storage_type(data_type: int, what: str = "tensor") -> str:
+    """The element type of a tensor's buffer at the module boundary."""
     try:
         return ELEMENT_TYPES[data_type][0]
     except KeyError:

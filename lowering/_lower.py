@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import lowering.ops  # noqa: F401  (registers the op lowerings)
 from lowering._context import LowerContext
-from lowering._emit import ELEMENT_TYPES, Emitter, Value, element_type, tensor_type
+from lowering._emit import ELEMENT_TYPES, Emitter, Value, element_type, storage_type, tensor_type
 from graph_ir._fbs.graph_generated import DataType
 from lowering._registry import LOWERINGS
 from graph_ir.desc import GraphDesc, GraphError, decode_graph
@@ -75,11 +75,11 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
     bound = graph.bound_tensors()
     em = Emitter()
     spec, dyn = _dynamic(graph, shape_spec)
-    ctx = LowerContext(graph, em, policy, dyn)
+    ctx = LowerContext(graph, em, policy, dyn, symbol_prefix="" if _entry == ENTRY_POINT else f"{_entry}_")
     args, abi_tensors, outputs = [], [], []
     for i, t in enumerate(bound):
         what = f"tensor '{t.name}' (uid {t.uid})"
-        elem = element_type(t.data_type, what)
+        elem = storage_type(t.data_type, what)
         role = "output" if t.uid in produced else "input"
         # NOTE: an input (only read) may alias (a gather layout); an output may not
         lay = physical_layout(t.dims, t.strides, what, output=role == "output")
@@ -104,7 +104,7 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
             # memory order -> logical order of the kept axes
             v = em.transpose(v, [lay.order.index(a) for a in kept])
             v = em.broadcast(v, ctx.dims(t.uid), lay.bcast_axes)
-            ctx.values[t.uid] = v
+            ctx.values[t.uid] = ctx.decode_input(t.uid, v)
     if not outputs:
         raise GraphError(f"graph '{graph.name}' has no output tensor: mark one with set_output(True)")
     for node in graph.nodes:
@@ -114,7 +114,7 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
         fn(ctx, node)
     results = []
     for t, lay, run in outputs:
-        v = ctx.values.get(t.uid)
+        v = ctx.stored(t.uid)
         if v is None:
             raise GraphError(f"output tensor '{t.name}' (uid {t.uid}) is never produced")
         if tuple(lay.order) != tuple(range(len(lay.order))) and needs_relayout_barrier(ctx, t.uid):
@@ -144,7 +144,7 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
     attrs = f" attributes {{{refl}}}" if _reflect else ""
     header = f"func.func @{_entry}({', '.join(args)}) -> ({res_types}){attrs} {{"
     body = _dim_lines(spec, dyn, bound, args) + em.lines + [f"  return {', '.join(r.ssa for r in results)} : {res_types}"]
-    text = "\n".join(["module {", header, *body, "}", *static_fn, "}", ""])
+    text = "\n".join(["module {", header, *body, "}", *ctx.functions, *static_fn, "}", ""])
     if verify:
         verify_mlir(text)
     return Lowered(text, abi)
@@ -244,7 +244,7 @@ def _check_sizes(graph: GraphDesc) -> None:
         strides = t.strides if len(t.strides) == len(t.dims) else [1] * len(t.dims)
         span = 1 + sum((d - 1) * abs(s) for d, s in zip(t.dims, strides)) if all(d > 0 for d in t.dims) else 0
         try:
-            bits = {**_FLOAT_WIDTH, **_INT_WIDTH}[element_type(t.data_type)]
+            bits = {**_FLOAT_WIDTH, **_INT_WIDTH}[storage_type(t.data_type)]
         except (KeyError, GraphError):
             bits = 8
         if max(span, 1) * max(bits // 8, 1) > MAX_TENSOR_BYTES or any(d >= 2**62 for d in t.dims):
@@ -253,7 +253,24 @@ def _check_sizes(graph: GraphDesc) -> None:
 
 
 def verify_mlir(text: str) -> None:
-    """Parses and verifies ``text`` with ``iree.compiler.ir``; raises GraphError with diagnostics."""
+    """Parses and verifies ``text`` with ``iree.compiler.ir``; raises GraphError with diagnostics.
+
+    When the module fails and holds a custom op's registered function that fails on its own too,
+    the error names that custom op (kind "invalid": the caller's code, not this project's)."""
+    why = _check_mlir(text)
+    if why is None:
+        return
+    from lowering.ops.custom_op import custom_functions
+    for op_id, node, fn in custom_functions(text):
+        own = _check_mlir(f"module {{\n{fn}\n}}\n")
+        if own is not None:
+            raise GraphError(f"custom_op '{node}' ('{op_id}'): its registered MLIR function {own}\n--- function "
+                             f"---\n{fn}")
+    raise GraphError(f"emitted MLIR {why}\n--- MLIR ---\n{text}", "internal")
+
+
+def _check_mlir(text: str) -> str | None:
+    """None when ``text`` parses and verifies; else "does not parse: ..." or "fails verification: ..."."""
     from iree.compiler import ir  # NOTE: imported here so restoring a plan never loads the compiler
 
     with ir.Context() as context:
@@ -263,9 +280,7 @@ def verify_mlir(text: str) -> None:
             module = ir.Module.parse(text)
             ok = module.operation.verify()
         except Exception as e:  # MLIRError carries the parser's diagnostics
-            raise GraphError(f"emitted MLIR does not parse: {e}\n--- MLIR ---\n{text}", "internal") from None
+            return f"does not parse: {e}"
         finally:
             handle.detach()
-        if not ok:
-            raise GraphError("emitted MLIR fails verification: " + "; ".join(diags)
-                                + f"\n--- MLIR ---\n{text}", "internal")
+        return None if ok else "fails verification: " + "; ".join(diags)

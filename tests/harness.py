@@ -62,6 +62,9 @@ def empty_like_tensor(t: hd.TensorAttributes, fill=np.nan):
     lay = physical_layout(dims, strides)
     phys = np.empty(lay.phys_shape, dt)
     phys[...] = False if dt == np.bool_ else (fill if np.issubdtype(dt, np.inexact) or dt.kind == "V" else -1)
+    if dt.name.startswith(("float8_", "float4_")):   # NOTE: numpy's as_strided cannot rebuild ml_dtypes' 1-byte types
+        v = np.lib.stride_tricks.as_strided(phys.view(np.uint8), shape=tuple(dims), strides=tuple(strides))
+        return v.view(dt)
     return np.lib.stride_tricks.as_strided(phys, shape=tuple(dims), strides=tuple(s * dt.itemsize for s in strides))
 
 

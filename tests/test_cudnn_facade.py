@@ -367,8 +367,8 @@ def test_serialize_deserialize_in_a_fresh_process(handle, tmp_path):
 
 def test_where_cudnn_and_this_engine_differ_errors_are_clear(handle):
     g = cudnn.pygraph(io_data_type=cudnn.data_type.HALF, handle=handle)
-    with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="FP8_E4M3") as e:
-        g.tensor(name="X", dim=[4, 4], stride=[4, 1], data_type=cudnn.data_type.FP8_E4M3)
+    with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="INT4") as e:   # FP8/FP4 are types here now
+        g.tensor(name="X", dim=[4, 4], stride=[4, 1], data_type=cudnn.data_type.INT4)
     assert isinstance(e.value, hd.HipdnnError) and e.value.status == hd.Status.NOT_SUPPORTED
     q = g.tensor(name="Q", dim=[1, 1, 8, 16], stride=[128, 128, 16, 1])
     kv = g.tensor(name="KV", dim=[1, 2, 8, 16], stride=[256, 128, 16, 1])
@@ -504,8 +504,8 @@ def test_activation_backward_methods_vs_torch_autograd(handle, gen):
 def test_cudnn_methods_this_engine_does_not_lower_are_not_supported_by_name(handle):
     from hipdnn_iree.cudnn._graph import NOT_SUPPORTED_METHODS
     # cuDNN FE's backward, training and data-movement ops the issue names are all listed
-    assert {"block_scale_quantize", "block_scale_dequantize", "sdpa_fp8", "slice",
-            "concatenate"} <= set(NOT_SUPPORTED_METHODS)
+    assert {"sdpa_fp8", "slice", "concatenate"} <= set(NOT_SUPPORTED_METHODS)
+    assert not {"block_scale_quantize", "block_scale_dequantize"} & set(NOT_SUPPORTED_METHODS)   # lowered now
     # composed from pointwise and reduction nodes now (hipdnn_iree/cudnn/_composite.py)
     assert not {"sdpa_backward", "layernorm_backward", "batchnorm", "batchnorm_backward", "rmsnorm_backward", "instancenorm",
                 "instancenorm_backward", "genstats"} & set(NOT_SUPPORTED_METHODS)
@@ -546,3 +546,35 @@ def test_not_supported_method_messages_are_sentences(handle):
         assert m and m.group(1) == meth and m.group(2) == what and m.group(4) == instead, msg
         assert msg.count("supported") == 1 + (instead or "").count("supported"), msg
         assert "supported" not in what and not (instead or "").endswith("supported"), msg
+
+
+def test_block_scale_quantize_and_dequantize_through_the_facade(handle):
+    # cuDNN FE's names and argument orders: MXFP8 (E4M3 + E8M0, block 32) and NVFP4 (E2M1 + E4M3, block 16)
+    import ml_dtypes
+    rng = np.random.default_rng(7)
+    for ydt, sdt, block, ynp, snp in ((cudnn.data_type.FP8_E4M3, cudnn.data_type.FP8_E8M0, 32, ml_dtypes.float8_e4m3fn,
+                                       ml_dtypes.float8_e8m0fnu),
+                                      (cudnn.data_type.FP4_E2M1, cudnn.data_type.FP8_E4M3, 16, ml_dtypes.float4_e2m1fn,
+                                       ml_dtypes.float8_e4m3fn)):
+        g = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+        X = g.tensor(name="X", dim=[4, 64], stride=[64, 1], data_type=cudnn.data_type.FLOAT)
+        Y, S = g.block_scale_quantize(X, block_size=block, axis=1, transpose=False, name="q")
+        Y.set_output(True).set_data_type(ydt)
+        S.set_output(True).set_data_type(sdt)
+        Z = g.block_scale_dequantize(Y, S, block_size=[1, block], name="dq")
+        Z.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+        g.validate()
+        g.build_operation_graph()
+        g.create_execution_plans([cudnn.heur_mode.A])
+        g.check_support()
+        g.build_plans()
+        x = (rng.standard_normal((4, 64)) * 10).astype(np.float32)
+        y, s, z = np.zeros((4, 64), ynp), np.zeros((4, 64 // block), snp), np.zeros((4, 64), np.float32)
+        g.execute({X: x, Y: y, S: s, Z: z}, np.zeros(max(g.get_workspace_size(), 1), np.uint8))
+        want = y.astype(np.float64) * s.astype(np.float64).repeat(block, 1)
+        assert np.array_equal(z, want.astype(np.float32))
+        vmax = 448.0 if ydt == cudnn.data_type.FP8_E4M3 else 6.0
+        amax = np.abs(x.reshape(4, -1, block)).max(-1)
+        sc = s.astype(np.float64)
+        assert (sc * vmax >= amax).all()                          # the scale rounds up: nothing saturates
+        assert np.abs(z - x).max() <= 0.25 * np.abs(x).max()

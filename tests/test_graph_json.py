@@ -47,7 +47,9 @@ def _desc_with_every_kind(variant: int) -> GraphDesc:
     uids = itertools.count(10)
     nodes = tuple(NodeDesc(f"{kind.name.lower()}_node", int(F) if variant else 0,
                            _sample_attrs(ATTRS_BY_KIND[kind], uids, variant)) for kind in OpKind)
-    used = sorted({u for n in nodes for u in (*n.attrs.inputs(), *n.attrs.outputs())})
+    # NOTE: the single-tensor fields only (CUSTOM_OP's uid lists take small sample values): the
+    # graph stays the one test_graph_schema's hashes were taken of
+    used = sorted({getattr(n.attrs, f) for n in nodes for f in (*n.attrs._IN, *n.attrs._OUT)} - {ABSENT})
     tensors = tuple(TensorDesc(u, f"t{u}", int(F), (2, 3), (3, 1), is_virtual=bool(u % 2)) for u in used)
     tensors += (TensorDesc(1, "alpha", int(F), (), (), is_scalar=True, scalar_value=-0.5),
                 TensorDesc(2, "nan_scalar", int(hd.DataType.HALF), (), (), is_scalar=True, scalar_value=math.nan))
@@ -190,6 +192,41 @@ def _resample_backward(g):
         .set_dim([2, 3, 8, 8]).set_output(True).set_uid(2)
 
 
+def _custom_op(g):
+    x, y = g.tensor(name="X", uid=1, dim=[4, 8]), g.tensor(name="Y", uid=2, dim=[8])
+    outs = g.custom_op("demo.pair", [x, y, 0.5], [([4, 8], hd.DataType.HALF), {"dims": [4], "name": "sums"}],
+                       data=b"\x00\x01opaque")
+    for t, u in zip(outs, (3, 4)):
+        t.set_output(True).set_uid(u)
+
+
+def _block_scale_quantize(g):
+    x = g.tensor(name="x", uid=1, dim=[4, 64])
+    y, s = g.block_scale_quantize(x, 32, axis=1, y_data_type=hd.DataType.FP8_E5M2)
+    y.set_output(True).set_uid(2)
+    s.set_output(True).set_uid(3)
+
+
+def _block_scale_dequantize(g):
+    q = g.tensor(name="q", uid=1, dim=[4, 64], data_type=hd.DataType.FP4_E2M1)
+    s = g.tensor(name="s", uid=2, dim=[4, 4], data_type=hd.DataType.FP8_E4M3)
+    g.block_scale_dequantize(q, s, [1, 16]).set_output(True).set_uid(3)
+
+
+def _moe_grouped_matmul(g):
+    tok, w = g.tensor(name="T", uid=1, dim=[1, 6, 4]), g.tensor(name="W", uid=2, dim=[2, 4, 3])
+    off = g.tensor(name="O", uid=3, dim=[2, 1, 1], data_type=hd.DataType.INT32)
+    idx = g.tensor(name="I", uid=4, dim=[1, 5, 1], data_type=hd.DataType.INT32)
+    y = g.moe_grouped_matmul(tok, w, off, token_index=idx, mode=hd.MoeGroupedMatmulMode.GATHER)
+    y.set_output(True).set_uid(5)
+
+
+def _moe_grouped_matmul_backward(g):
+    dy, tok = g.tensor(name="dY", uid=1, dim=[1, 6, 3]), g.tensor(name="T", uid=2, dim=[1, 6, 4])
+    off = g.tensor(name="O", uid=3, dim=[2, 1, 1], data_type=hd.DataType.INT64)
+    g.moe_grouped_matmul_backward(dy, tok, off).set_output(True).set_uid(4)
+
+
 FRONTEND_GRAPHS = {OpKind.LAYERNORM_BACKWARD: _layernorm_backward, OpKind.RMSNORM_BACKWARD: _rmsnorm_backward,
                    OpKind.RESAMPLE_FWD: _resample, OpKind.RESAMPLE_BWD: _resample_backward,
                    OpKind.POINTWISE: _pointwise, OpKind.MATMUL: _matmul, OpKind.CONV_FPROP: _conv,
@@ -198,7 +235,11 @@ FRONTEND_GRAPHS = {OpKind.LAYERNORM_BACKWARD: _layernorm_backward, OpKind.RMSNOR
                    OpKind.BATCHNORM_BACKWARD: _batchnorm_backward,
                    OpKind.BATCHNORM_INFERENCE_VARIANCE_EXT: _batchnorm_variance,
                    OpKind.LAYERNORM: _layernorm, OpKind.RMSNORM: _rmsnorm,
-                   OpKind.SDPA: _sdpa, OpKind.SDPA_BACKWARD: _sdpa_backward}
+                   OpKind.SDPA: _sdpa, OpKind.SDPA_BACKWARD: _sdpa_backward, OpKind.CUSTOM_OP: _custom_op,
+                   OpKind.MOE_GROUPED_MATMUL: _moe_grouped_matmul,
+                   OpKind.MOE_GROUPED_MATMUL_BWD: _moe_grouped_matmul_backward,
+                   OpKind.BLOCK_SCALE_QUANTIZE: _block_scale_quantize,
+                   OpKind.BLOCK_SCALE_DEQUANTIZE: _block_scale_dequantize}
 
 
 def test_every_lowered_op_kind_has_a_frontend_round_trip():

@@ -12,8 +12,9 @@ Example:
     <data_type.HALF: 3>
 """
 from hipdnn_iree.cudnn._enums import (behavior_note, build_plan_policy, cudnnError, cudnnGraphNotSupportedError,
-                                      data_type, diagonal_alignment, heur_mode, knob_type, norm_forward_phase,
-                                      numerical_note, pointwise_mode, reduction_mode, tensor_reordering)
+                                      data_type, diagonal_alignment, heur_mode, knob_type, moe_grouped_matmul_mode,
+                                      norm_forward_phase, numerical_note, pointwise_mode, reduction_mode,
+                                      tensor_reordering)
 from hipdnn_iree.cudnn._handle import (FRONTEND_API, DeviceProperties, Handle, backend_version, backend_version_string,
                                        create_device_properties, create_handle, create_kernel_cache, destroy_handle,
                                        engine_version_string, get_last_error_string, get_stream, set_stream)
@@ -28,6 +29,7 @@ __all__ = [
     "DeviceProperties", "Handle", "backend_version", "backend_version_string", "behavior_note", "build_plan_policy",
     "create_device_properties", "create_handle", "create_kernel_cache", "cudnnError", "cudnnGraphNotSupportedError",
     "data_type", "destroy_handle", "diagonal_alignment", "engine_version_string", "get_last_error_string",
-    "get_stream", "graph", "graph_cache", "heur_mode", "jit", "knob", "knob_type", "norm_forward_phase",
-    "numerical_note", "pointwise_mode", "pygraph", "reduction_mode", "set_stream", "tensor", "tensor_reordering",
+    "get_stream", "graph", "graph_cache", "heur_mode", "jit", "knob", "knob_type", "moe_grouped_matmul_mode",
+    "norm_forward_phase", "numerical_note", "pointwise_mode", "pygraph", "reduction_mode", "set_stream", "tensor",
+    "tensor_reordering",
 ]

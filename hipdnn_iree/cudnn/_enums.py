@@ -59,14 +59,16 @@ _HD_TYPE = {
     data_type.NOT_SET: DataType.NOT_SET, data_type.FLOAT: DataType.FLOAT, data_type.DOUBLE: DataType.DOUBLE,
     data_type.HALF: DataType.HALF, data_type.INT8: DataType.INT8, data_type.INT32: DataType.INT32,
     data_type.UINT8: DataType.UINT8, data_type.BFLOAT16: DataType.BFLOAT16, data_type.INT64: DataType.INT64,
-    data_type.BOOLEAN: DataType.BOOLEAN,
+    data_type.BOOLEAN: DataType.BOOLEAN, data_type.FP8_E4M3: DataType.FP8_E4M3, data_type.FP8_E5M2: DataType.FP8_E5M2,
+    data_type.FP8_E8M0: DataType.FP8_E8M0, data_type.FP4_E2M1: DataType.FP4_E2M1,
 }
 _CUDNN_TYPE = {v: k for k, v in _HD_TYPE.items()}
 _TORCH_NAMES = {"float32": data_type.FLOAT, "float64": data_type.DOUBLE, "float16": data_type.HALF,
                 "bfloat16": data_type.BFLOAT16, "int8": data_type.INT8, "int32": data_type.INT32,
                 "uint8": data_type.UINT8, "int64": data_type.INT64, "bool": data_type.BOOLEAN,
                 "float8_e4m3fn": data_type.FP8_E4M3, "float8_e5m2": data_type.FP8_E5M2,
-                "float8_e8m0fnu": data_type.FP8_E8M0}
+                "float8_e8m0fnu": data_type.FP8_E8M0, "float4_e2m1fn": data_type.FP4_E2M1,
+                "float4_e2m1fn_x2": data_type.FP4_E2M1}
 
 
 def to_cudnn_type(value, what: str = "data_type") -> data_type:
@@ -92,12 +94,13 @@ def to_cudnn_type(value, what: str = "data_type") -> data_type:
 
 def to_hd_type(value, what: str = "data_type") -> DataType:
     """The ``hd.DataType`` a cuDNN data type (or torch dtype) runs as; NOT_SUPPORTED for the
-    types this engine does not compute in (fp8, fp4, int4, vectorized int8)."""
+    types this engine does not compute in (int4, vectorized int8, FAST_FLOAT_FOR_FP8)."""
     cd = to_cudnn_type(value, what)
     if cd not in _HD_TYPE:
         raise cudnnGraphNotSupportedError(
             f"{what}: cudnn.data_type.{cd.name} is not supported by this engine (it computes in FLOAT, HALF, "
-            "BFLOAT16, DOUBLE and integer/boolean types; fp8, fp4, int4 and vectorized int8 are not lowered)")
+            "BFLOAT16, DOUBLE, FP8 E4M3/E5M2/E8M0, FP4 E2M1 and integer/boolean types; int4 and vectorized "
+            "int8 are not lowered)")
     return _HD_TYPE[cd]
 
 
@@ -194,6 +197,14 @@ class tensor_reordering(_Enum):
 class diagonal_alignment(_Enum):
     TOP_LEFT = 0
     BOTTOM_RIGHT = 1
+
+
+class moe_grouped_matmul_mode(_Enum):
+    """Routing of ``pygraph.moe_grouped_matmul`` (cuDNN's names)."""
+
+    NONE = 0
+    GATHER = 1
+    SCATTER = 2
 
 
 class pointwise_mode(_Enum):

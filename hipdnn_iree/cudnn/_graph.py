@@ -21,12 +21,13 @@ from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.plugin_sdk.types import DataType
 from hipdnn_iree.cudnn._binding import BindingMethods, _np_to_cudnn
 from hipdnn_iree.cudnn._common import _default_handle, _translate, _unsupported
+from hipdnn_iree.cudnn._moe import MoeMethods
 from hipdnn_iree.cudnn._ops import _BACKWARD, _BINARY_01, _BINARY_AB, _CMP, _UNARY, OpMethods
 from hipdnn_iree.cudnn._plans import PlanMethods
 from hipdnn_iree.cudnn._tensor import _list, _packed, tensor
 
 
-class pygraph(OpMethods, PlanMethods, BindingMethods):
+class pygraph(OpMethods, MoeMethods, PlanMethods, BindingMethods):
     """cuDNN FE's ``cudnn.pygraph`` on this engine (an ``hd.Graph`` underneath, ``.hd_graph``)."""
 
     def __init__(self, name="test_graph", io_data_type=None, intermediate_data_type=None, compute_data_type=None,
@@ -331,12 +332,8 @@ NOT_SUPPORTED_METHODS = {   # method -> (what it does, what works instead or Non
     "reshape": ("the reshape op", None),
     "transpose": ("transpose as an op", "describe a transposed input with strides instead"),
     "concatenate": ("the concatenate op", None),
-    "block_scale_quantize": ("block-scale quantization (FP8/FP4 block scaling)", None),
-    "block_scale_dequantize": ("block-scale dequantization (FP8/FP4 block scaling)", None),
     "rope": ("rotary position embedding (rope)", None),
     "rope_backward": ("the rope backward pass", None),
-    "moe_grouped_matmul": ("the MoE grouped matmul", None),
-    "moe_grouped_matmul_bwd": ("the MoE grouped matmul backward pass", None),
     "tensor_scalar": ("tensor_scalar", "pass a Python number as the operand, or graph.tensor(is_pass_by_value=True)"),
     "populate_cuda_graph": ("CUDA graph population", "IREE runs the plan, and there is no cuDNN CUDA graph to "
                                                      "populate"),

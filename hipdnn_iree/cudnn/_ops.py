@@ -407,6 +407,31 @@ class OpMethods:
         return self._norm_backward("rmsnorm_backward", grad, input, scale, None, inv_variance, None, centered=False,
                                    want_dbias=bool(has_dbias), compute_data_type=compute_data_type, name=name)
 
+    # -- ops: block scaling -------------------------------------------------------------------
+    @_translate
+    def block_scale_quantize(self, input, block_size, axis=None, transpose=False, compute_data_type=None, name=""):
+        """``[Y, scale]`` (cuDNN FE's block_scale_quantize): Y FP8_E4M3 and scale FP8_E8M0 unless
+        set otherwise with ``set_data_type`` before the graph is built (FP4_E2M1 with an FP8_E4M3
+        scale for NVFP4); see ``hd.Graph.block_scale_quantize``."""
+        if isinstance(block_size, (list, tuple)):
+            if len(block_size) != 1:
+                raise HipdnnError(Status.BAD_PARAM, f"block_scale_quantize: block_size {list(block_size)} must be one size")
+            block_size = block_size[0]
+        y, s = self._hd.block_scale_quantize(self._in(input), int(block_size), axis=axis, transpose=bool(transpose),
+                                             compute_data_type=self._cdt(compute_data_type), name=name or None)
+        return self._settled([y, s], name, ("Y", "SCALE"))
+
+    @_translate
+    def block_scale_dequantize(self, input, scale, block_size, is_negative_scale=False, compute_data_type=None,
+                               name=""):
+        """``Y = input * scale`` over blocks (cuDNN FE's block_scale_dequantize); Y takes the graph's
+        default type. ``is_negative_scale=True`` is not supported (NOT_SUPPORTED at build)."""
+        if is_negative_scale:
+            self._defer("block_scale_dequantize: is_negative_scale=True is not supported")
+        y = self._hd.block_scale_dequantize(self._in(input), self._in(scale, "scale"), block_size,
+                                            compute_data_type=self._cdt(compute_data_type), name=name or None)
+        return self._settled([y], name, ("Y",))[0]
+
     @_translate
     def instancenorm(self, norm_forward_phase, input, scale, bias, epsilon, compute_data_type=None, name=""):
         """``[Y, mean, inv_variance]``: statistics per sample and channel over the spatial axes

@@ -9,9 +9,12 @@ from hipdnn_iree.plugin_sdk.engine_ids import engine_id_from_name
 from hipdnn_iree.backend.handle import Handle
 from hipdnn_iree.frontend.ops.registry import check_frontend, infer
 from hipdnn_iree.frontend.ops.conv import ConvOps
+from hipdnn_iree.frontend.ops.custom_op import CustomOps
 from hipdnn_iree.frontend.ops.norm import NormOps
 from hipdnn_iree.frontend.ops.batchnorm_train import BatchnormTrainOps
+from hipdnn_iree.frontend.ops.block_scale import BlockScaleOps
 from hipdnn_iree.frontend.ops.norm_backward import NormBackwardOps
+from hipdnn_iree.frontend.ops.moe import MoeOps
 from hipdnn_iree.frontend.ops.resample import ResampleOps
 from hipdnn_iree.frontend.ops.sdpa import SdpaOps
 from hipdnn_iree.frontend.plans import PlanOps, PlanSlot
@@ -30,7 +33,7 @@ from graph_ir.opdef import OPS
 MAX_TENSOR_BYTES = 2**47
 
 
-class Graph(PlanOps, ConvOps, BatchnormTrainOps, NormBackwardOps, NormOps, SdpaOps, ResampleOps):
+class Graph(PlanOps, ConvOps, BatchnormTrainOps, NormBackwardOps, NormOps, SdpaOps, ResampleOps, BlockScaleOps, MoeOps, CustomOps):
     """An operation graph and, once built, its execution plan.
 
     Example:
@@ -258,7 +261,7 @@ class Graph(PlanOps, ConvOps, BatchnormTrainOps, NormBackwardOps, NormOps, SdpaO
                 t._stride, t._stride_inferred = None, False
         produced = {}
         for n in self._nodes:
-            for f in ATTRS_BY_KIND[n.kind]._OUT:
+            for f in _ports(n, outputs=True):
                 t = n.tensors.get(f)
                 if t is not None:
                     produced[id(t)] = n
@@ -281,17 +284,17 @@ class Graph(PlanOps, ConvOps, BatchnormTrainOps, NormBackwardOps, NormOps, SdpaO
                 known[t._uid] = ()
         for n in self._nodes:
             desc = self._node_desc(n)
-            for f in ATTRS_BY_KIND[n.kind]._IN:
+            for f in _ports(n, outputs=False):
                 t = n.tensors.get(f)
                 if t is not None and t._uid not in known:
                     raise HipdnnError(Status.BAD_PARAM, f"{n.kind.name.lower()} '{n.name}': input {f} "
                                                         f"'{t.get_name()}' is used before it is produced")
             # NOTE: outputs whose dims the caller set are visible too, so ops that cannot infer
             # an output (conv_dgrad's dx, conv_wgrad's dw, reduction) can still check them.
-            preset = {t._uid: tuple(t._dim) for f in ATTRS_BY_KIND[n.kind]._OUT
+            preset = {t._uid: tuple(t._dim) for f in _ports(n, outputs=True)
                       if (t := n.tensors.get(f)) is not None and t._dim is not None}
             inferred = infer(desc, lambda u: known[u] if u in known else preset[u])
-            for f in ATTRS_BY_KIND[n.kind]._OUT:
+            for f in _ports(n, outputs=True):
                 t = n.tensors.get(f)
                 if t is None:
                     continue
@@ -345,7 +348,7 @@ class Graph(PlanOps, ConvOps, BatchnormTrainOps, NormBackwardOps, NormOps, SdpaO
             return self.intermediate_data_type if self.intermediate_data_type != DataType.NOT_SET else DataType.FLOAT
         if self.io_data_type != DataType.NOT_SET:
             return self.io_data_type
-        first = next((x for f, x in n.tensors.items() if x is not None and f in ATTRS_BY_KIND[n.kind]._IN), None)
+        first = next((x for f, x in n.tensors.items() if x is not None and f in _ports(n, outputs=False)), None)
         return first._data_type if first is not None else DataType.FLOAT
 
     def _check_layout(self, t: TensorAttributes, is_output: bool):
@@ -373,7 +376,11 @@ class Graph(PlanOps, ConvOps, BatchnormTrainOps, NormBackwardOps, NormOps, SdpaO
         cls = ATTRS_BY_KIND[n.kind]
         kwargs = dict(n.params)
         for f, t in n.tensors.items():
-            kwargs[f] = ABSENT if t is None else t._uid
+            field, entry, _ = f.partition("[")
+            if entry:   # an entry of a tensor-list field (_ports), in order
+                kwargs[field] = (*kwargs.get(field, ()), t._uid)
+            else:
+                kwargs[f] = ABSENT if t is None else t._uid
         return NodeDesc(n.name, int(n.compute_data_type), cls(**kwargs))
 
     def _graph_desc(self) -> GraphDesc:
@@ -627,6 +634,16 @@ class Graph(PlanOps, ConvOps, BatchnormTrainOps, NormBackwardOps, NormOps, SdpaO
         g = graph_from_desc(desc, cls)
         g.validate()
         return g
+
+
+def _ports(n: _Node, outputs: bool) -> list[str]:
+    """The keys of ``n.tensors`` that are the node's outputs (or inputs), in operand order: its
+    single-tensor fields, then the entries ``field[i]`` of its tensor-list fields (CUSTOM_OP's)."""
+    cls = ATTRS_BY_KIND[n.kind]
+    fields, lists = (cls._OUT, cls._OUT_LISTS) if outputs else (cls._IN, cls._IN_LISTS)
+    if not lists:
+        return list(fields)
+    return [*fields, *(k for k in n.tensors if k.partition("[")[0] in lists)]
 
 
 def _flag(v, what: str) -> bool:

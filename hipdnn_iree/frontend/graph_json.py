@@ -316,11 +316,14 @@ def graph_from_desc(desc: GraphDesc, cls=None):
         by_uid[t.uid] = ta
     for n in desc.nodes:
         cls_ = type(n.attrs)
-        ports = set(cls_._IN) | set(cls_._OUT)
+        ports = set(cls_._IN) | set(cls_._OUT) | set(cls_._IN_LISTS) | set(cls_._OUT_LISTS)
         tensors = {}
-        for f in (*cls_._IN, *cls_._OUT):
-            uid = getattr(n.attrs, f)
-            if uid != ABSENT and uid not in by_uid:
+        # NOTE: a tensor-list field's entries are the frontend node's "field[i]" keys (graph.py's _ports)
+        entries = [(f, getattr(n.attrs, f)) for f in (*cls_._IN, *cls_._OUT)]
+        entries += [(f"{f}[{i}]", u) for f in (*cls_._IN_LISTS, *cls_._OUT_LISTS)
+                    for i, u in enumerate(getattr(n.attrs, f))]
+        for f, uid in entries:
+            if (uid != ABSENT or "[" in f) and uid not in by_uid:
                 raise _bad(f"node '{n.name}' ({n.kind.name}): field {f.removesuffix('_uid')} refers to uid {uid}, "
                            "which no tensor has")
             tensors[f] = None if uid == ABSENT else by_uid[uid]

@@ -61,12 +61,12 @@ def empty_aligned(shape, dtype=np.float32, alignment: int = 64) -> np.ndarray:
 
 def numpy_dtype(data_type: int) -> np.dtype:
     name = ELEMENT_TYPES[data_type][1]
-    if name == "bfloat16":
+    if name == "bfloat16" or name.startswith(("float8_", "float4_")):
         ml = _ml_dtypes()
         if ml is None:
-            raise HipdnnError(Status.NOT_SUPPORTED, "BFLOAT16 buffers need the ml_dtypes package (pip install "
+            raise HipdnnError(Status.NOT_SUPPORTED, f"{name} buffers need the ml_dtypes package (pip install "
                                                     "ml_dtypes)")
-        return np.dtype(ml.bfloat16)
+        return np.dtype(getattr(ml, name))
     return np.dtype(name)
 
 

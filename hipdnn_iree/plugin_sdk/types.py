@@ -40,6 +40,8 @@ ReductionMode = _from_schema("ReductionMode", _g.ReductionMode, "Reduction opera
 NormFwdPhase = _from_schema("NormFwdPhase", _g.NormFwdPhase, "Normalization forward phase.")
 ResampleMode = _from_schema("ResampleMode", _g.ResampleMode, "Pooling modes of resample (hipDNN's numbers).")
 PaddingMode = _from_schema("PaddingMode", _g.PaddingMode, "Padding of resample (hipDNN's numbers).")
+MoeGroupedMatmulMode = _from_schema("MoeGroupedMatmulMode", _g.MoeGroupedMatmulMode,
+                                    "Routing of moe_grouped_matmul (hipDNN's numbers): NONE, GATHER, SCATTER.")
 
 
 def as_enum(cls, value, what: str):

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
+
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 
 _LOCK = threading.Lock()
@@ -104,7 +106,10 @@ class LoadedModule:
         if not (self.is_host and arr.flags.writeable and arr.__array_interface__["data"][0] % HOST_ALIGNMENT == 0):
             raise HipdnnError(Status.INTERNAL_ERROR, "host_view needs a writable, 64-byte aligned array on a CPU device")
         buf = self.device.allocator.import_host_allocation(arr, self._import_type, self._usage)
-        return r.HalBufferView(buf, list(arr.shape), element_type(arr.dtype))
+        # NOTE: FP8/FP4/E8M0 arrays (ml_dtypes) are one code per byte; the module takes them as i8
+        # (lowering/_minifloat.py)
+        dt = np.dtype(np.int8) if arr.dtype.name.startswith(("float8_", "float4_")) else arr.dtype
+        return r.HalBufferView(buf, list(arr.shape), element_type(dt))
 
     def dlpack_view(self, obj):
         """Imports a DLPack tensor (device or host memory) without copying."""

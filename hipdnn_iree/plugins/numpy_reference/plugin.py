@@ -15,6 +15,7 @@ from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.plugin_sdk.version import __version__
 from hipdnn_iree.plugins.numpy_reference.registry import REFERENCES, import_op_modules
 from graph_ir.desc import GraphDesc, GraphError, decode_graph
+from graph_ir._fbs.graph_generated import DataType as D
 
 ENGINE_NAME = "NUMPY_REFERENCE"
 ENGINE_ID = engine_id_from_name(ENGINE_NAME)
@@ -86,6 +87,9 @@ def at_dims(g: GraphDesc, dims: dict) -> GraphDesc:
     return replace(g, tensors=tuple(tensors))
 
 
+SATURATING = {D.FP8_E4M3: 448.0, D.FP8_E5M2: 57344.0, D.FP4_E2M1: 6.0}
+
+
 def evaluate(g: GraphDesc, inputs: dict[int, np.ndarray], built: GraphDesc | None = None) -> dict[int, np.ndarray]:
     """Runs the graph on logical input arrays; returns every tensor's value, rounded to its type.
     A tensor whose dims are None (a virtual tensor of a graph run at override shapes) keeps the
@@ -101,6 +105,11 @@ def evaluate(g: GraphDesc, inputs: dict[int, np.ndarray], built: GraphDesc | Non
             if t.dims is not None and np.asarray(val).shape != tuple(t.dims):
                 val = np.broadcast_to(np.asarray(val), t.dims)
             with np.errstate(all="ignore"):
+                if t.data_type in SATURATING:
+                    # NOTE: conversions to the FP8/FP4 types saturate (lowering/_minifloat.py), NaN kept
+                    val = np.clip(np.asarray(val, np.float64), -SATURATING[t.data_type], SATURATING[t.data_type])
+                    if t.data_type == D.FP4_E2M1:     # no NaN in E2M1: +-6 (the NaN's sign)
+                        val = np.where(np.isnan(val), np.copysign(6.0, val), val)
                 env[uid] = np.asarray(val).astype(numpy_dtype(t.data_type))
     return env
 

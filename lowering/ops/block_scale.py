@@ -1,0 +1,210 @@
+"""Block-scale quantization -> linalg: block_scale_quantize and block_scale_dequantize.
+
+quantize (cuDNN's rule): per block of ``block_size`` consecutive elements along ``axis``,
+``amax = max |x|`` (NaN propagates); ``scale = round_up(amax / vmax)`` in the scale's type, vmax
+the largest value of y's type (E4M3 448, E5M2 57344, E2M1 6); ``y = round_to_nearest_even(x /
+scale)``, saturating (lowering/_minifloat.py encodes). Scale types:
+
+- FP8_E8M0 (MXFP8/MXFP4): the smallest power of two ``2^e >= amax / vmax``, found exactly from
+  amax's exponent and mantissa (no division), ``e`` clamped to [-127, 127]; an all-zero block gets
+  2^-127, an infinity 2^127 (its y saturates), a NaN in the block a NaN scale and a +NaN block
+  (E2M1, which has no NaN, saturates it to +6).
+- FP8_E4M3 (NVFP4): the smallest E4M3 value ``s`` with ``s * vmax >= amax``: ``amax / vmax``
+  rounded to nearest, then one code up when that falls short (``s * vmax`` is exact in f32).
+- FLOAT: ``amax / vmax``.
+
+``x / scale`` is exact for power-of-two scales. For the others the f32 quotient is rounded once
+more by y's format; the one place that double rounding can differ from rounding the exact
+quotient is a quotient landing exactly on a midpoint of y's grid, so such quotients move one f32
+ulp towards the exact value first (``midpoint * scale`` is exact in f32 and is compared with
+``|x|``). A zero scale (an all-zero block with a FLOAT or E4M3 scale) gives y = 0.
+
+dequantize: ``y = x * scale`` with each scale element broadcast over its block (affine maps with
+``floordiv``), in f32, rounded once to y's type. The 8- and 4-bit types reach these emitters as
+f32 values (lowering/_context.py decodes inputs and encodes outputs).
+"""
+from __future__ import annotations
+
+import struct
+
+from graph_ir.desc import GraphError, NodeDesc, OpKind
+from graph_ir.dtypes import MINIFLOAT_FORMATS, data_type_name
+from graph_ir._fbs.graph_generated import DataType as D
+from graph_ir.ops._block_scale import check_quantize, dequantize_blocks, quantize_axis
+from lowering import _minifloat as mf
+from lowering._context import LowerContext
+from lowering._emit import Emitter, Value, tensor_type
+from lowering._registry import register_lowering
+
+
+def _bits(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def _i32(em: Emitter, v: int) -> str:
+    return em.const(v, "i32")
+
+
+def _scale_kind(ctx: LowerContext, node: NodeDesc, uid: int) -> str:
+    dt = ctx.tensor(uid).data_type
+    kind = {D.FP8_E8M0: "e8m0", D.FP8_E4M3: "e4m3", D.FLOAT: "f32"}.get(dt)
+    if kind is None:
+        raise GraphError(f"block_scale_quantize '{node.name}': field 'scale_uid' has data type {data_type_name(dt)}; "
+                         "the scale must be FP8_E8M0, FP8_E4M3 or FLOAT", "unsupported")
+    return kind
+
+
+def _y_format(ctx: LowerContext, node: NodeDesc, uid: int) -> mf.Format:
+    dt = ctx.tensor(uid).data_type
+    fmt = mf.FORMATS.get(MINIFLOAT_FORMATS.get(dt, ""))
+    if fmt is None:
+        raise GraphError(f"block_scale_quantize '{node.name}': field 'y_uid' has data type {data_type_name(dt)}; "
+                         "y must be FP8_E4M3, FP8_E5M2 or FP4_E2M1", "unsupported")
+    return fmt
+
+
+def _amap(n: int, exprs) -> str:
+    return f"affine_map<({', '.join(f'd{i}' for i in range(n))}) -> ({', '.join(exprs)})>"
+
+
+def _pow2_scale(em: Emitter, amax: str, fmt: mf.Format) -> str:
+    """The E8M0 code of the smallest power of two ``2^e >= amax / vmax`` (255 for NaN)."""
+    vb = _bits(fmt.max)
+    ev, mv = ((vb >> 23) & 255) - 127, vb & 0x7FFFFF
+    bits = em.op(f"arith.bitcast {amax} : f32 to i32")
+    e = em.op(f"arith.subi {em.op(f'arith.shrui {bits}, {_i32(em, 23)} : i32')}, {_i32(em, 127 + ev)} : i32")
+    m = em.op(f"arith.andi {bits}, {_i32(em, 0x7FFFFF)} : i32")
+    up = em.op(f"arith.extui {em.op(f'arith.cmpi sgt, {m}, {_i32(em, mv)} : i32')} : i1 to i32")
+    e = em.op(f"arith.addi {e}, {up} : i32")
+    e = em.op(f"arith.maxsi {em.op(f'arith.minsi {e}, {_i32(em, 127)} : i32')}, {_i32(em, -127)} : i32")
+    code = em.op(f"arith.addi {e}, {_i32(em, 127)} : i32")
+    inf = em.op(f"arith.cmpf oeq, {amax}, {em.const(float('inf'), 'f32')} : f32")
+    code = em.op(f"arith.select {inf}, {_i32(em, 254)}, {code} : i32")     # no power of two reaches inf: 2^127
+    nan = em.op(f"arith.cmpf uno, {amax}, {amax} : f32")
+    code = em.op(f"arith.select {nan}, {_i32(em, 255)}, {code} : i32")
+    return em.op(f"arith.trunci {code} : i32 to i8")
+
+
+def _e4m3_scale(em: Emitter, amax: str, fmt: mf.Format) -> str:
+    """The E4M3 code of the smallest E4M3 value ``s`` with ``s * vmax >= amax``."""
+    vmax = em.const(fmt.max, "f32")
+    c = mf.encode(em, em.op(f"arith.divf {amax}, {vmax} : f32"), mf.E4M3)
+    v = mf.decode(em, c, mf.E4M3)
+    short = em.op(f"arith.cmpf olt, {em.op(f'arith.mulf {v}, {vmax} : f32')}, {amax} : f32")
+    room = em.op(f"arith.cmpi slt, {c}, {em.const(0x7E, 'i8')} : i8")
+    bump = em.op(f"arith.andi {short}, {room} : i1")
+    one = em.const(1, "i8")
+    return em.op(f"arith.select {bump}, {em.op(f'arith.addi {c}, {one} : i8')}, {c} : i8")
+
+
+def _nudged(em: Emitter, q: str, ax: str, s: str, fmt: mf.Format) -> str:
+    """``q = x / s`` moved one ulp towards the exact quotient when it lies exactly on a midpoint of
+    ``fmt``'s grid (``ax = |x|``); otherwise ``q``."""
+    a = em.op(f"math.absf {q} : f32")
+    abits = em.op(f"arith.bitcast {a} : f32 to i32")
+    e = em.op(f"arith.subi {em.op(f'arith.shrui {abits}, {_i32(em, 23)} : i32')}, {_i32(em, 127)} : i32")
+    e = em.op(f"arith.maxsi {e}, {_i32(em, fmt.emin)} : i32")
+    # t = a * 2^(mbits + 1 - e): an odd integer exactly at a midpoint
+    pw = em.op(f"arith.shli {em.op(f'arith.subi {_i32(em, fmt.mbits + 1 + 127)}, {e} : i32')}, {_i32(em, 23)} : i32")
+    t = em.op(f"arith.mulf {a}, {em.op(f'arith.bitcast {pw} : i32 to f32')} : f32")
+    whole = em.op(f"arith.cmpf oeq, {em.op(f'math.roundeven {t} : f32')}, {t} : f32")
+    small = em.op(f"arith.cmpf olt, {t}, {em.const(2.0 ** 24, 'f32')} : f32")
+    fzero = em.const(0.0, "f32")
+    ti = em.op(f"arith.fptosi {em.op(f'arith.select {small}, {t}, {fzero} : f32')} : f32 to i32")
+    odd = em.op(f"arith.cmpi eq, {em.op(f'arith.andi {ti}, {_i32(em, 1)} : i32')}, {_i32(em, 1)} : i32")
+    mid = em.op(f"arith.andi {em.op(f'arith.andi {whole}, {small} : i1')}, {odd} : i1")
+    prod = em.op(f"arith.mulf {a}, {s} : f32")
+    above = em.op(f"arith.cmpf ogt, {ax}, {prod} : f32")
+    below = em.op(f"arith.cmpf olt, {ax}, {prod} : f32")
+    step = em.op(f"arith.select {above}, {_i32(em, 1)}, "
+                 f"{em.op(f'arith.select {below}, {_i32(em, -1)}, {_i32(em, 0)} : i32')} : i32")
+    step = em.op(f"arith.select {mid}, {step}, {_i32(em, 0)} : i32")
+    a2 = em.op(f"arith.bitcast {em.op(f'arith.addi {abits}, {step} : i32')} : i32 to f32")
+    return em.op(f"math.copysign {a2}, {q} : f32")
+
+
+def _split(em: Emitter, v: Value, axis: int, b: int) -> Value:
+    """``tensor.expand_shape`` of ``axis`` into ``[size / b, b]``."""
+    shape = v.shape[:axis] + (v.shape[axis] // b, b) + v.shape[axis + 1:]
+    groups, j = [], 0
+    for i in range(len(v.shape)):
+        groups.append([j, j + 1] if i == axis else [j])
+        j += 2 if i == axis else 1
+    reassoc = "[" + ", ".join("[" + ", ".join(map(str, g)) + "]" for g in groups) + "]"
+    name = em.op(f"tensor.expand_shape {v.ssa} {reassoc} output_shape [{', '.join(map(str, shape))}] "
+                 f": {v.type} into {tensor_type(shape, v.elem)}", "r")
+    return Value(name, shape, v.elem)
+
+
+@register_lowering(OpKind.BLOCK_SCALE_QUANTIZE)
+def lower_quantize(ctx: LowerContext, node: NodeDesc) -> None:
+    at = node.attrs
+    try:
+        check_quantize(at, lambda u: ctx.tensor(u).dims)
+    except GraphError as e:
+        raise GraphError(f"block_scale_quantize '{node.name}': {e}", e.kind) from None
+    fmt = _y_format(ctx, node, at.y_uid)
+    skind = _scale_kind(ctx, node, at.scale_uid)
+    em = ctx.em
+    x = ctx.value(at.x_uid)
+    rank = len(x.shape)
+    axis, b = quantize_axis(at, rank), at.block_size
+    sshape = x.shape[:axis] + (x.shape[axis] // b,) + x.shape[axis + 1:]
+    # x with its axis split into [blocks, block] (tensor.expand_shape), reduced over the block axis
+    xs = _split(em, x, axis, b)
+    d = [f"d{i}" for i in range(rank + 1)]
+    xmap = _amap(rank + 1, d)
+    smap = _amap(rank + 1, [d[i] for i in range(rank + 1) if i != axis + 1])
+
+    def amax_body(a):
+        v = em.op(f"math.absf {em.cast(a[0], x.elem, 'f32')} : f32")
+        return em.op(f"arith.maximumf {a[1]}, {v} : f32")
+
+    its = ["reduction" if i == axis + 1 else "parallel" for i in range(rank + 1)]
+    amax = em.generic([(xs, xmap)], sshape, "f32", its, smap, amax_body,
+                      init=em.filled(sshape, "f32", 0.0))
+
+    def scale_body(a):
+        if skind == "e8m0":
+            return mf.decode(em, _pow2_scale(em, a[0], fmt), mf.E8M0)
+        if skind == "e4m3":
+            return mf.decode(em, _e4m3_scale(em, a[0], fmt), mf.E4M3)
+        return em.op(f"arith.divf {a[0]}, {em.const(fmt.max, 'f32')} : f32")
+
+    scale = em.elementwise([amax], sshape, "f32", scale_body)
+    e = [f"d{i}" for i in range(rank)]
+    blk = _amap(rank, [f"d{axis} floordiv {b}" if i == axis else e[i] for i in range(rank)])
+
+    def y_body(a):
+        xv = em.cast(a[0], x.elem, "f32")
+        q = em.op(f"arith.divf {xv}, {a[1]} : f32")
+        if skind != "e8m0":
+            q = _nudged(em, q, em.op(f"math.absf {xv} : f32"), a[1], fmt)
+        zero = em.op(f"arith.cmpf oeq, {a[1]}, {em.const(0.0, 'f32')} : f32")
+        q = em.op(f"arith.select {zero}, {em.const(0.0, 'f32')}, {q} : f32")
+        nan = em.op(f"arith.cmpf uno, {a[1]}, {a[1]} : f32")   # a NaN block: +NaN (the sign of x / NaN varies)
+        return em.op(f"arith.select {nan}, {em.const(float('nan'), 'f32')}, {q} : f32")
+
+    y = em.generic([(x, _amap(rank, e)), (scale, blk)], x.shape, "f32", ["parallel"] * rank, _amap(rank, e), y_body)
+    ctx.define(at.y_uid, y)
+    ctx.define(at.scale_uid, scale)
+
+
+@register_lowering(OpKind.BLOCK_SCALE_DEQUANTIZE)
+def lower_dequantize(ctx: LowerContext, node: NodeDesc) -> None:
+    at = node.attrs
+    x, s = ctx.value(at.x_uid), ctx.value(at.scale_uid)
+    try:
+        blocks = dequantize_blocks(at, x.shape, s.shape)
+    except GraphError as e:
+        raise GraphError(f"block_scale_dequantize '{node.name}': {e}", e.kind) from None
+    em = ctx.em
+    rank = len(x.shape)
+    e = [f"d{i}" for i in range(rank)]
+    smap = _amap(rank, [f"d{i} floordiv {b}" if b != 1 else e[i] for i, b in enumerate(blocks)])
+
+    def body(a):
+        return em.op(f"arith.mulf {em.cast(a[0], x.elem, 'f32')}, {em.cast(a[1], s.elem, 'f32')} : f32")
+
+    y = em.generic([(x, _amap(rank, e)), (s, smap)], x.shape, "f32", ["parallel"] * rank, _amap(rank, e), body)
+    ctx.define(at.y_uid, y)

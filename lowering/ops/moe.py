@@ -1,0 +1,247 @@
+"""Lowering of moe_grouped_matmul and moe_grouped_matmul_bwd to linalg, with the groups' row ranges
+read from the offsets tensor inside the module (one compiled plan serves every routing).
+
+The row -> group map is computed in the graph: ``group[r] = #{g : offset[g] <= r} - 1`` (-1: the
+row is before the first group), which is the group whose range ``[offset[g], offset[g + 1])``
+holds r when the offsets do not decrease: an elementwise ``linalg.generic`` over the rows, each a
+binary search of the offsets (:func:`row_groups`).
+
+Forward, one contraction over ``(row, n, k)`` accumulating in the compute type (FLOAT unless a
+float type is set): its body reads the row's group, and with ``tensor.extract`` the weight of
+that group's expert ``weight[group % E, k, n]`` (and, GATHER, the token row ``token_index[r]``);
+an elementwise epilogue zeroes rows that no group holds and rounds once to the output type.
+SCATTER first inverts the destination map ``dst[r] = token_index[r] * top_k + token_ks[r]``
+(``src[p] = max{r : dst[r] = p}``, a reduction over the rows; -1: no row writes p), then runs
+the same contraction over output rows, reading token row ``src[p]`` and its group.
+
+Backward: ``dweight[g, k, n] = sum over rows r of [group[r] = g] * token[r, k] * doutput[r, n]``,
+one contraction over ``(g, k, n, r)``: every group's sum reads every row and keeps its own (the
+compute is G times a dense ``token^T doutput``; no group sizes are known when compiling).
+
+IREE makes 2 dispatches of NONE, GATHER and the backward (the row -> group map, then the
+contraction with its epilogue), 3 of SCATTER (the destination inverse too): measured for llvm-cpu,
+cuda:sm_80 and rocm:gfx942 (tests/test_moe.py). NOTE: the binary search inside the contraction's
+body instead would make NONE and GATHER one dispatch, but it runs for every multiply-add (IREE does
+not fuse the elementwise map into the contraction's dispatch): 1.3-2.6x slower on the CPU, measured.
+On GPUs the forward needs IREE's reduction vector-distribution pipeline off (the ``gather`` trait,
+plugins/iree_linalg/knobs.py).
+
+Execute-time data the routing contract excludes (decreasing offsets, indices out of range,
+two rows scattering to one slot) does not fault: indices are clamped for the loads and such rows
+give zeros; a slot two rows scatter to gets the later row. The numpy reference refuses such data.
+"""
+from __future__ import annotations
+
+import math
+
+from graph_ir.desc import MOE_MODE_GATHER, MOE_MODE_SCATTER, GraphError, NodeDesc, OpKind
+from graph_ir.dtypes import data_type_name
+from graph_ir.ops._moe import check_moe, check_moe_backward
+from lowering._context import LowerContext
+from lowering._emit import FLOAT_TYPES, Emitter, Value
+from lowering._registry import register_lowering
+from lowering.ops.norm import _checked
+
+_INDEX_TYPES = ("i32", "i64")
+
+
+def _map(rank: int, exprs: str) -> str:
+    d = ", ".join(f"d{i}" for i in range(rank))
+    return f"affine_map<({d}) -> ({exprs})>"
+
+
+def _index_vector(ctx: LowerContext, node: NodeDesc, field: str) -> Value:
+    """Routing tensor ``field`` (``[G, 1, 1]`` or ``[1, R, 1]``) as a vector; INT32 or INT64 only."""
+    uid = getattr(node.attrs, f"{field}_uid")
+    v = ctx.value(uid)
+    if v.elem not in _INDEX_TYPES:
+        t = ctx.tensor(uid)
+        raise GraphError(f"{node.kind.name.lower()} '{node.name}': field '{field}' (tensor '{t.name}', uid {uid}) "
+                         f"has data type {data_type_name(t.data_type)}: it must be INT32 or INT64")
+    return ctx.em.reshape(v, (math.prod(v.shape),))
+
+
+def _float_operand(ctx: LowerContext, node: NodeDesc, field: str) -> Value:
+    """Operand ``field``; a floating-point type only (NOT_SUPPORTED otherwise)."""
+    uid = getattr(node.attrs, f"{field}_uid")
+    v = ctx.value(uid)
+    if v.elem not in FLOAT_TYPES:
+        t = ctx.tensor(uid)
+        raise GraphError(f"{node.kind.name.lower()} '{node.name}': field '{field}' (tensor '{t.name}', uid {uid}) "
+                         f"has data type {data_type_name(t.data_type)}: MoE operands must be floating point "
+                         "(FLOAT, HALF, BFLOAT16 or DOUBLE)", "unsupported")
+    return v
+
+
+def _rows(ctx: LowerContext, node: NodeDesc, field: str) -> Value:
+    """A ``[1, M, X]`` float operand as ``[M, X]``."""
+    v = _float_operand(ctx, node, field)
+    return ctx.em.reshape(v, v.shape[1:])
+
+
+def _acc(ctx: LowerContext, node: NodeDesc) -> str:
+    acc = ctx.compute_elem(node, "f32")
+    if acc not in FLOAT_TYPES:
+        raise GraphError(f"{node.kind.name.lower()} '{node.name}': compute type {acc} is not supported: the "
+                         "grouped matmul accumulates in a float type (FLOAT by default)", "unsupported")
+    return acc
+
+
+def _i64(em: Emitter, ssa: str, elem: str) -> str:
+    return ssa if elem == "i64" else em.op(f"arith.extsi {ssa} : {elem} to i64")
+
+
+def _clamp_index(em: Emitter, ssa: str, elem: str, hi: int) -> str:
+    """``ssa`` (an integer) clamped to ``[0, hi]``, as an ``index``."""
+    lo_c, hi_c = em.const(0, elem), em.const(hi, elem)
+    c = em.op(f"arith.minsi {em.op(f'arith.maxsi {ssa}, {lo_c} : {elem}')}, {hi_c} : {elem}")
+    return em.op(f"arith.index_cast {c} : {elem} to index")
+
+
+def row_groups(em: Emitter, offsets: Value, rows: int) -> Value:
+    """``group[r] = #{g : offsets[g] <= r} - 1`` for ``r < rows``: i32 ``[rows]``.
+
+    NOTE: an elementwise op (each row a branchless binary search over the G offsets, log2(G) reads
+    with sizes known when compiling), not a reduction over G: IREE fuses an elementwise producer
+    into the contraction's dispatch, where a reduction would be a dispatch of its own."""
+    g = offsets.shape[0]
+
+    def body(a):
+        r = em.op(f"arith.index_cast {em.op('linalg.index 0 : index')} : index to i64")
+
+        def at_most_r(i: str) -> str:        # offsets[i] <= r, i an index value
+            v = em.op(f"tensor.extract {offsets.ssa}[{i}] : {offsets.type}")
+            return em.op(f"arith.cmpi sle, {_i64(em, v, offsets.elem)}, {r} : i64")
+
+        # the last position whose offset is <= r (0 when none is): halve a window of static sizes
+        base, n = em.const(0, "index"), g
+        while n > 1:
+            half = n // 2
+            mid = em.op(f"arith.addi {base}, {em.const(half, 'index')} : index")
+            base = em.op(f"arith.select {at_most_r(mid)}, {mid}, {base} : index")
+            n -= half
+        count = em.op(f"arith.index_cast {base} : index to i32")
+        hit = em.op(f"arith.extui {at_most_r(base)} : i1 to i32")
+        return em.op(f"arith.subi {em.op(f'arith.addi {count}, {hit} : i32')}, {em.const(1, 'i32')} : i32")
+
+    return em.generic([], (rows,), "i32", ["parallel"], _map(1, "d0"), body)
+
+
+def _scatter_sources(em: Emitter, group: Value, index: Value, ks: Value, top_k: int) -> Value:
+    """``src[p] = max{r : group[r] >= 0 and index[r] * top_k + ks[r] = p}`` (-1: none): i32 ``[M]``."""
+    m = group.shape[0]
+    init = em.filled((m,), "i32", -1)
+
+    def body(a):
+        e, i, k, acc = a
+        p = em.op(f"arith.index_cast {em.op('linalg.index 0 : index')} : index to i64")
+        r = em.op(f"arith.index_cast {em.op('linalg.index 1 : index')} : index to i32")
+        kk = em.const(top_k, "i64")
+        scaled = em.op(f"arith.muli {_i64(em, i, index.elem)}, {kk} : i64")
+        dst = em.op(f"arith.addi {scaled}, {_i64(em, k, ks.elem)} : i64")
+        routed = em.op(f"arith.cmpi sge, {e}, {em.const(0, 'i32')} : i32")
+        hit = em.op(f"arith.andi {em.op(f'arith.cmpi eq, {dst}, {p} : i64')}, {routed} : i1")
+        none = em.const(-1, "i32")
+        return em.op(f"arith.maxsi {acc}, {em.op(f'arith.select {hit}, {r}, {none} : i32')} : i32")
+
+    return em.generic([(group, _map(2, "d1")), (index, _map(2, "d1")), (ks, _map(2, "d1"))], (m,), "i32",
+                      ["parallel", "reduction"], _map(2, "d0"), body, init=init)
+
+
+@register_lowering(OpKind.MOE_GROUPED_MATMUL)
+def lower_moe_grouped_matmul(ctx: LowerContext, node: NodeDesc) -> None:
+    at = node.attrs
+    _checked(ctx, node, lambda d, s: check_moe(at, d))
+    em = ctx.em
+    token, weight = _rows(ctx, node, "token"), _float_operand(ctx, node, "weight")
+    offsets = _index_vector(ctx, node, "first_token_offset")
+    acc, out_elem = _acc(ctx, node), ctx.out_elem(at.output_uid)
+    m, k = token.shape
+    e, _, n = weight.shape
+    rows = m
+    index = None
+    if at.mode in (MOE_MODE_GATHER, MOE_MODE_SCATTER):
+        index = _index_vector(ctx, node, "token_index")
+        if at.mode == MOE_MODE_GATHER:
+            rows = index.shape[0]
+    group = row_groups(em, offsets, rows)
+    # per output row: what its group (and, GATHER/SCATTER, its token row) is read from
+    # NOTE: GATHER and SCATTER read the token through tensor.extract; a filled [K] operand gives the
+    # contraction its k range (linalg derives each loop's size from an operand indexed by it)
+    k_range = (Value(em.filled((k,), "i8", 0), (k,), "i8"), _map(3, "d2"))
+    if at.mode == MOE_MODE_SCATTER:
+        src = _scatter_sources(em, group, index, _index_vector(ctx, node, "token_ks"), at.top_k)
+        ins = [(src, _map(3, "d0")), k_range]
+    elif at.mode == MOE_MODE_GATHER:
+        ins = [(group, _map(3, "d0")), (index, _map(3, "d0")), k_range]
+    else:
+        ins = [(group, _map(3, "d0")), (token, _map(3, "d0, d2"))]
+    w_t, t_t = weight.type, token.type
+
+    def body(a):
+        nn, kk = em.op("linalg.index 1 : index"), em.op("linalg.index 2 : index")
+        if at.mode == MOE_MODE_SCATTER:
+            s = _clamp_index(em, a[0], "i32", m - 1)
+            grp = em.op(f"tensor.extract {group.ssa}[{s}] : {group.type}")
+            t = em.op(f"tensor.extract {token.ssa}[{s}, {kk}] : {t_t}")
+        elif at.mode == MOE_MODE_GATHER:
+            grp = a[0]
+            s = _clamp_index(em, a[1], index.elem, m - 1)
+            t = em.op(f"tensor.extract {token.ssa}[{s}, {kk}] : {t_t}")
+        else:
+            grp, t = a[0], a[1]
+        zero, experts = em.const(0, "i32"), em.const(e, "i32")
+        ex = em.op(f"arith.remsi {em.op(f'arith.maxsi {grp}, {zero} : i32')}, {experts} : i32")
+        ei = em.op(f"arith.index_cast {ex} : i32 to index")
+        w = em.op(f"tensor.extract {weight.ssa}[{ei}, {kk}, {nn}] : {w_t}")
+        prod = em.op(f"arith.mulf {em.cast(t, token.elem, acc)}, {em.cast(w, weight.elem, acc)} : {acc}")
+        return em.op(f"arith.addf {a[-1]}, {prod} : {acc}")
+
+    summed = em.generic(ins, (rows, n), acc, ["parallel", "parallel", "reduction"], _map(3, "d0, d1"), body,
+                        init=em.filled((rows, n), acc, 0.0))
+
+    # rows no group holds (and GATHER rows reading no token row, SCATTER slots no row writes): zero
+    fin = [(summed, _map(2, "d0, d1")), ((src if at.mode == MOE_MODE_SCATTER else group), _map(2, "d0"))]
+    if at.mode == MOE_MODE_GATHER:
+        fin.append((index, _map(2, "d0")))
+
+    def finish(a):
+        ok = em.op(f"arith.cmpi sge, {a[1]}, {em.const(0, 'i32')} : i32")
+        if at.mode == MOE_MODE_GATHER:
+            i, t = a[2], index.elem
+            lo, hi = em.const(0, t), em.const(m, t)
+            inside = em.op(f"arith.andi {em.op(f'arith.cmpi sge, {i}, {lo} : {t}')}, "
+                           f"{em.op(f'arith.cmpi slt, {i}, {hi} : {t}')} : i1")
+            ok = em.op(f"arith.andi {ok}, {inside} : i1")
+        v = em.op(f"arith.select {ok}, {a[0]}, {em.const(0.0, acc)} : {acc}")
+        return em.cast(v, acc, out_elem)
+
+    res = em.generic(fin, (rows, n), out_elem, ["parallel", "parallel"], _map(2, "d0, d1"), finish)
+    ctx.define(at.output_uid, em.reshape(res, (1, rows, n)))
+
+
+@register_lowering(OpKind.MOE_GROUPED_MATMUL_BWD)
+def lower_moe_grouped_matmul_bwd(ctx: LowerContext, node: NodeDesc) -> None:
+    at = node.attrs
+    _checked(ctx, node, lambda d, s: check_moe_backward(at, d))
+    em = ctx.em
+    dout, token = _rows(ctx, node, "doutput"), _rows(ctx, node, "token")
+    offsets = _index_vector(ctx, node, "first_token_offset")
+    acc = _acc(ctx, node)
+    m, k = token.shape
+    n = dout.shape[1]
+    g = offsets.shape[0]
+    group = row_groups(em, offsets, m)
+
+    def body(a):
+        e, t, d, s = a
+        gi = em.op(f"arith.index_cast {em.op('linalg.index 0 : index')} : index to i32")
+        hit = em.op(f"arith.cmpi eq, {e}, {gi} : i32")
+        prod = em.op(f"arith.mulf {em.cast(t, token.elem, acc)}, {em.cast(d, dout.elem, acc)} : {acc}")
+        zero = em.const(0.0, acc)
+        return em.op(f"arith.addf {s}, {em.op(f'arith.select {hit}, {prod}, {zero} : {acc}')} : {acc}")
+
+    dw = em.generic([(group, _map(4, "d3")), (token, _map(4, "d3, d1")), (dout, _map(4, "d3, d2"))], (g, k, n), acc,
+                    ["parallel", "parallel", "parallel", "reduction"], _map(4, "d0, d1, d2"), body,
+                    init=em.filled((g, k, n), acc, 0.0))
+    ctx.define(at.dweight_uid, dw)

@@ -1,0 +1,282 @@
+"""Block-scale quantization and the FP8/FP4/E8M0 types, on the CPU: quantize bit for bit against an
+exact reference written here (numpy float64 + ml_dtypes, cuDNN's rule: scale = round_up(amax /
+vmax) in the scale's type, y = x / scale rounded to nearest even and saturated) on random data
+with zero blocks, NaN, infinities and values at saturation; dequantize(quantize(x)) within the
+format's bound; an fp8 matmul with f32 accumulation; dequantize fused into a matmul; plans through
+serialize/restore; bad input."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hipdnn_iree as hd
+from harness import raises, run_engines
+
+DT = hd.DataType
+S = hd.Status
+NP = {DT.FP8_E4M3: ml_dtypes.float8_e4m3fn, DT.FP8_E5M2: ml_dtypes.float8_e5m2, DT.FP8_E8M0: ml_dtypes.float8_e8m0fnu,
+      DT.FP4_E2M1: ml_dtypes.float4_e2m1fn, DT.FLOAT: np.float32, DT.HALF: np.float16}
+VMAX = {DT.FP8_E4M3: 448.0, DT.FP8_E5M2: 57344.0, DT.FP4_E2M1: 6.0}
+RECIPES = [  # (y type, scale type, block)
+    (DT.FP8_E4M3, DT.FP8_E8M0, 32),    # MXFP8
+    (DT.FP8_E5M2, DT.FP8_E8M0, 32),    # MXFP8 (E5M2)
+    (DT.FP4_E2M1, DT.FP8_E4M3, 16),    # NVFP4
+    (DT.FP4_E2M1, DT.FP8_E8M0, 32),    # MXFP4
+    (DT.FP8_E4M3, DT.FLOAT, 16),       # FLOAT scales
+]
+
+
+def _scale_ref(amax, vmax, sdt):
+    """The smallest value of the scale's type whose product with vmax reaches amax."""
+    if sdt == DT.FP8_E8M0:
+        out = np.empty_like(amax)
+        for i, a in np.ndenumerate(amax):
+            if np.isnan(a):
+                out[i] = np.nan
+                continue
+            e = -127
+            while e < 127 and vmax * 2.0 ** e < a:
+                e += 1
+            out[i] = 2.0 ** e
+        return out
+    if sdt == DT.FP8_E4M3:
+        vals = np.arange(0x7F, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+        out = np.empty_like(amax)
+        for i, a in np.ndenumerate(amax):
+            ok = vals[vals * vmax >= a]
+            out[i] = np.nan if np.isnan(a) else (ok[0] if ok.size else vals[-1])
+        return out
+    return (amax / vmax).astype(np.float32).astype(np.float64)
+
+
+def quantize_ref(x, block, ydt, sdt):
+    """Along the last axis; returns (y codes as ml_dtypes, scale as ml_dtypes/float32)."""
+    xb = x.astype(np.float64).reshape(x.shape[:-1] + (x.shape[-1] // block, block))
+    amax = np.abs(xb).max(-1)
+    s = _scale_ref(amax, VMAX[ydt], sdt)
+    with np.errstate(all="ignore"):
+        q = np.where(s[..., None] == 0, 0.0, xb / s[..., None])
+    q = np.where(np.isnan(s[..., None]), np.nan, q)              # a NaN block: +NaN
+    q = np.clip(q, -VMAX[ydt], VMAX[ydt]).reshape(x.shape)
+    if ydt == DT.FP4_E2M1:
+        q = np.where(np.isnan(q), 6.0, q)                        # E2M1 has no NaN: +6
+    return q.astype(NP[ydt]), s.astype(NP[sdt])
+
+
+def _data(rng, shape, block):
+    mag = np.exp(rng.uniform(-10, 10, shape[:-1] + (shape[-1] // block, 1))).repeat(block, -1).reshape(shape)
+    x = rng.standard_normal(shape) * mag
+    x = x.astype(np.float32)
+    x[0, :block] = 0.0                    # a zero block
+    x[1, 3] = np.nan                      # a NaN block
+    x[2, block + 1] = np.inf              # an infinity saturates
+    x[3, :block] = 448.0 * rng.choice([-1, 1], block)   # exactly at E4M3's saturation
+    x[4, :block] = np.float32(1e-30)      # tiny
+    x[5, :block] = rng.choice([1.0, 2.0, 3.0, 5.0, 6.0, 0.5], block) * 2.0 ** 20  # ties of the grid
+    return x
+
+
+def _build(h, shape, block, ydt, sdt, xdt=DT.FLOAT, dequant=True):
+    g = hd.Graph(io_data_type=DT.FLOAT)
+    x = g.tensor(name="x", uid=1, dim=list(shape), data_type=xdt)
+    y, s = g.block_scale_quantize(x, block, y_data_type=ydt, scale_data_type=sdt)
+    y.set_output(True).set_uid(2)
+    s.set_output(True).set_uid(3)
+    if dequant:
+        g.block_scale_dequantize(y, s, block).set_output(True).set_uid(4)
+    g.build(h)
+    return g
+
+
+def _bufs(shape, block, ydt, sdt, dequant=True):
+    sshape = shape[:-1] + (shape[-1] // block,)
+    b = {2: np.zeros(shape, NP[ydt]), 3: np.zeros(sshape, NP[sdt])}
+    if dequant:
+        b[4] = np.full(shape, np.nan, np.float32)
+    return b
+
+
+def _same_bits(a, b):
+    return np.array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
+
+
+@pytest.mark.parametrize("ydt, sdt, block", RECIPES, ids=lambda v: getattr(v, "name", str(v)))
+def test_quantize_bit_exact(cpu, rng, ydt, sdt, block):
+    shape = (8, 4 * block)
+    g = _build(cpu, shape, block, ydt, sdt)
+    x = _data(rng, shape, block)
+    bufs = _bufs(shape, block, ydt, sdt)
+    g.execute(cpu, {1: x, **bufs})
+    ry, rs = quantize_ref(x, block, ydt, sdt)
+    if sdt == DT.FLOAT:
+        assert np.array_equal(bufs[3], rs, equal_nan=True)
+    else:
+        assert _same_bits(bufs[3], rs), (bufs[3].view(np.uint8), rs.view(np.uint8))
+    bad = np.nonzero(bufs[2].view(np.uint8) != ry.view(np.uint8))
+    assert bad[0].size == 0, (bad, x[bad][:5], bufs[2].view(np.uint8)[bad][:5], ry.view(np.uint8)[bad][:5])
+    # dequantize(quantize(x)): the scale times y's values, exactly (f32 products of short significands)
+    want = ry.astype(np.float64) * rs.astype(np.float64).repeat(block, -1)
+    assert np.array_equal(bufs[4], want.astype(np.float32), equal_nan=True)
+
+
+@pytest.mark.parametrize("ydt, sdt, block", RECIPES[:3], ids=lambda v: getattr(v, "name", str(v)))
+def test_roundtrip_error_within_format_bound(cpu, rng, ydt, sdt, block):
+    # |dequant(quant(x)) - x| <= half an ulp of y's format at the element's magnitude, relative to the
+    # block's scale: 2^-(mbits+1) * |x| for normal values, plus the scale's smallest step near zero
+    shape = (16, 8 * block)
+    g = _build(cpu, shape, block, ydt, sdt)
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    bufs = _bufs(shape, block, ydt, sdt)
+    g.execute(cpu, {1: x, **bufs})
+    mbits = {DT.FP8_E4M3: 3, DT.FP8_E5M2: 2, DT.FP4_E2M1: 1}[ydt]
+    sub = {DT.FP8_E4M3: 2.0 ** -9, DT.FP8_E5M2: 2.0 ** -16, DT.FP4_E2M1: 0.5}[ydt]
+    s = bufs[3].astype(np.float64).repeat(block, -1)
+    err = np.abs(bufs[4].astype(np.float64) - x)
+    bound = 2.0 ** -(mbits + 1) * np.abs(x) + sub * s / 2
+    assert (err <= bound * (1 + 1e-6)).all(), float((err / bound).max())
+
+
+@pytest.mark.parametrize("xdt", [DT.HALF, DT.BFLOAT16])
+def test_quantize_from_half_types(cpu, rng, xdt):
+    shape, block = (4, 64), 32
+    g = _build(cpu, shape, block, DT.FP8_E4M3, DT.FP8_E8M0, xdt=xdt, dequant=False)
+    xnp = ml_dtypes.bfloat16 if xdt == DT.BFLOAT16 else np.float16
+    x = (rng.standard_normal(shape) * 50).astype(xnp)
+    bufs = _bufs(shape, block, DT.FP8_E4M3, DT.FP8_E8M0, dequant=False)
+    g.execute(cpu, {1: x, **bufs})
+    ry, rs = quantize_ref(x.astype(np.float32), block, DT.FP8_E4M3, DT.FP8_E8M0)
+    assert _same_bits(bufs[2], ry) and _same_bits(bufs[3], rs)
+
+
+def test_quantize_other_axis(cpu, rng):
+    # axis 0 of a [64, 6] tensor: blocks run down the columns
+    g = hd.Graph(io_data_type=DT.FLOAT)
+    x = g.tensor(name="x", uid=1, dim=[64, 6])
+    y, s = g.block_scale_quantize(x, 32, axis=0)
+    y.set_output(True).set_uid(2)
+    s.set_output(True).set_uid(3)
+    g.build(cpu)
+    assert list(s.get_dim()) == [2, 6]
+    xv = (rng.standard_normal((64, 6)) * 10).astype(np.float32)
+    bufs = {2: np.zeros((64, 6), NP[DT.FP8_E4M3]), 3: np.zeros((2, 6), NP[DT.FP8_E8M0])}
+    g.execute(cpu, {1: xv, **bufs})
+    ry, rs = quantize_ref(np.ascontiguousarray(xv.T), 32, DT.FP8_E4M3, DT.FP8_E8M0)
+    assert _same_bits(bufs[2], np.ascontiguousarray(ry.T)) and _same_bits(bufs[3], np.ascontiguousarray(rs.T))
+
+
+def test_fp8_matmul_f32_accumulation(cpu, rng):
+    # E4M3 x E5M2 inputs, f32 accumulation, FLOAT output; an E4M3 output saturates
+    g = hd.Graph(io_data_type=DT.FLOAT, compute_data_type=DT.FLOAT)
+    a = g.tensor(name="a", uid=1, dim=[2, 24, 64], data_type=DT.FP8_E4M3)
+    b = g.tensor(name="b", uid=2, dim=[2, 64, 16], data_type=DT.FP8_E5M2)
+    c = g.matmul(a, b)
+    c.set_output(True).set_uid(3)
+    d = g.pointwise(c, mode=hd.PointwiseMode.RELU_FWD)
+    d.set_output(True).set_uid(4).set_data_type(DT.FP8_E4M3)
+    g.build(cpu)
+    av = (rng.standard_normal((2, 24, 64)) * 8).astype(ml_dtypes.float8_e4m3fn)
+    bv = rng.standard_normal((2, 64, 16)).astype(ml_dtypes.float8_e5m2)
+    cv, dv = np.full((2, 24, 16), np.nan, np.float32), np.zeros((2, 24, 16), ml_dtypes.float8_e4m3fn)
+    g.execute(cpu, {1: av, 2: bv, 3: cv, 4: dv})
+    ref = av.astype(np.float64) @ bv.astype(np.float64)
+    assert np.abs(cv - ref).max() <= 1e-5 * np.abs(ref).max()
+    assert _same_bits(dv, np.clip(np.maximum(cv, 0), 0, 448).astype(ml_dtypes.float8_e4m3fn))
+
+
+def test_dequantize_matmul_through_a_plan(cpu, rng, tmp_path):
+    # MXFP8 weights (codes and E8M0 scales as inputs), dequantized into a matmul; the plan restored
+    m, k, n, blk = 16, 64, 24, 32
+    g = hd.Graph(io_data_type=DT.FLOAT, compute_data_type=DT.FLOAT)
+    a = g.tensor(name="a", uid=1, dim=[1, m, k])
+    wq = g.tensor(name="wq", uid=2, dim=[1, k, n], data_type=DT.FP8_E4M3)
+    ws = g.tensor(name="ws", uid=3, dim=[1, k // blk, n], data_type=DT.FP8_E8M0)
+    w = g.block_scale_dequantize(wq, ws, [blk, 1])
+    g.matmul(a, w).set_output(True).set_uid(4)
+    g.build(cpu)
+    path = tmp_path / "deq_mm.plan"
+    hd.save_plan(str(path), g.serialize_compiled_plan())
+    r = hd.Graph.from_compiled_plan(cpu, hd.load_plan(str(path)))
+    av = rng.standard_normal((1, m, k)).astype(np.float32)
+    wv = (rng.standard_normal((1, k, n)) * 20).astype(ml_dtypes.float8_e4m3fn)
+    sv = np.exp2(rng.integers(-4, 4, (1, k // blk, n)).astype(np.float64)).astype(ml_dtypes.float8_e8m0fnu)
+    out = np.full((1, m, n), np.nan, np.float32)
+    r.execute(cpu, {1: av, 2: wv, 3: sv, 4: out})
+    wf = wv.astype(np.float64) * sv.astype(np.float64).repeat(blk, 1)
+    ref = av.astype(np.float64) @ wf
+    assert np.abs(out - ref).max() <= 1e-5 * np.abs(ref).max()
+    # the dequantization fuses: the graph has as many dispatches as the same matmul of FLOAT weights
+    p = hd.Graph(io_data_type=DT.FLOAT, compute_data_type=DT.FLOAT)
+    p.matmul(p.tensor(name="a", uid=1, dim=[1, m, k]), p.tensor(name="w", uid=2, dim=[1, k, n])).set_output(True).set_uid(4)
+    p.build(cpu)
+    assert g.get_execution_plan().context.dispatch_count == p.get_execution_plan().context.dispatch_count
+
+
+@pytest.mark.parametrize("ydt, sdt, block", RECIPES, ids=lambda v: getattr(v, "name", str(v)))
+def test_reference_engine_agrees(cpu, rng, ydt, sdt, block):
+    # the NUMPY_REFERENCE engine (its own code, plugins/numpy_reference/block_scale.py) gives the same
+    # bits as the IREE plan restored from its serialized form, dequantized values included
+    shape = (6, 4 * block)
+    x = _data(rng, shape, block)
+
+    def build():
+        g = hd.Graph(io_data_type=DT.FLOAT)
+        xt = g.tensor(name="x", uid=1, dim=list(shape))
+        y, s = g.block_scale_quantize(xt, block, y_data_type=ydt, scale_data_type=sdt)
+        y.set_output(True).set_uid(2)
+        s.set_output(True).set_uid(3)
+        z = g.block_scale_dequantize(y, s, block)
+        z.set_output(True).set_uid(4)
+        return g, {2: y, 3: s, 4: z}
+
+    got, want, _ = run_engines(build, {1: x}, cpu)
+    for u in (2, 3):
+        assert _same_bits(got[u], want[u]), u
+    assert np.array_equal(got[4], want[4], equal_nan=True)
+
+
+def test_gpu_targets_compile():
+    import iree.compiler as ic
+    g = hd.Graph(io_data_type=DT.HALF)
+    x = g.tensor(name="x", uid=1, dim=[4, 64])
+    y, s = g.block_scale_quantize(x, 32)
+    y.set_output(True).set_uid(2)
+    s.set_output(True).set_uid(3)
+    for target, flags in (("cuda:sm_80", ["--iree-cuda-target=sm_80"]), ("rocm:gfx942", ["--iree-rocm-target=gfx942"]),
+                          ("rocm:gfx950", ["--iree-rocm-target=gfx950"])):
+        text = g.get_mlir(target=target)
+        assert len(ic.compile_str(text, target_backends=[target.split(":")[0]], extra_args=flags)) > 1000
+
+
+@pytest.mark.parametrize("kw, status, match", [
+    (dict(block_size=24), S.BAD_PARAM, "block_size"),                     # 24 does not divide 64
+    (dict(block_size=32, axis=3), S.BAD_PARAM, "axis"),
+    (dict(block_size=32, transpose=True), S.NOT_SUPPORTED, "transpose"),
+    (dict(block_size=32, y_data_type=DT.HALF), S.NOT_SUPPORTED, "y must be"),
+    (dict(block_size=32, scale_data_type=DT.HALF), S.NOT_SUPPORTED, "scale must be"),
+])
+def test_bad_quantize(cpu, kw, status, match):
+    g = hd.Graph(io_data_type=DT.FLOAT)
+    x = g.tensor(name="x", uid=1, dim=[4, 64])
+    y, s = g.block_scale_quantize(x, **kw)
+    y.set_output(True).set_uid(2)
+    s.set_output(True).set_uid(3)
+    raises(status, g.build, cpu, match=match)
+
+
+def test_bad_dequantize_blocks(cpu):
+    g = hd.Graph(io_data_type=DT.FLOAT)
+    q = g.tensor(name="q", uid=1, dim=[4, 64], data_type=DT.FP8_E4M3)
+    sc = g.tensor(name="s", uid=2, dim=[4, 3], data_type=DT.FP8_E8M0)
+    g.block_scale_dequantize(q, sc, 32).set_output(True).set_uid(3)
+    raises(S.BAD_PARAM, g.build, cpu, match="block")
+
+
+def test_wrong_buffer_type_is_refused_and_buffers_kept(cpu, rng):
+    shape, block = (4, 64), 32
+    g = _build(cpu, shape, block, DT.FP8_E4M3, DT.FP8_E8M0, dequant=False)
+    x = rng.standard_normal(shape).astype(np.float32)
+    y = np.full(shape, 7, np.uint8)          # uint8, not float8_e4m3fn
+    s = np.zeros((4, 2), ml_dtypes.float8_e8m0fnu)
+    raises(S.BAD_PARAM, g.execute, cpu, {1: x, 2: y, 3: s})
+    assert (y == 7).all()
