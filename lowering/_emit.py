@@ -283,3 +283,16 @@ def _unit_groups(small: list[int], big: list[int]):
         groups[-1].append(j)
         j += 1
     return groups
+
+
+def split_axis(em: "Emitter", v: Value, axis: int, outer: int, inner: int) -> Value:
+    """``tensor.expand_shape`` of axis ``axis`` (size ``outer * inner``) into ``[outer, inner]``."""
+    shape = v.shape[:axis] + (outer, inner) + v.shape[axis + 1:]
+    groups, j = [], 0
+    for i in range(len(v.shape)):
+        groups.append([j, j + 1] if i == axis else [j])
+        j += 2 if i == axis else 1
+    reassoc = "[" + ", ".join("[" + ", ".join(map(str, grp)) + "]" for grp in groups) + "]"
+    name = em.op(f"tensor.expand_shape {v.ssa} {reassoc} output_shape [{', '.join(map(str, shape))}] "
+                 f": {v.type} into {tensor_type(shape, v.elem)}", "r")
+    return Value(name, shape, v.elem)

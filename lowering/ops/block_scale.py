@@ -33,8 +33,9 @@ from graph_ir._fbs.graph_generated import DataType as D
 from graph_ir.ops._block_scale import check_quantize, dequantize_blocks, quantize_axis
 from lowering import _minifloat as mf
 from lowering._context import LowerContext
-from lowering._emit import Emitter, Value, tensor_type
+from lowering._emit import Emitter, Value, split_axis
 from lowering._registry import register_lowering
+from lowering.ops.resample import _checked
 
 
 def _bits(x: float) -> int:
@@ -123,26 +124,10 @@ def _nudged(em: Emitter, q: str, ax: str, s: str, fmt: mf.Format) -> str:
     return em.op(f"math.copysign {a2}, {q} : f32")
 
 
-def _split(em: Emitter, v: Value, axis: int, b: int) -> Value:
-    """``tensor.expand_shape`` of ``axis`` into ``[size / b, b]``."""
-    shape = v.shape[:axis] + (v.shape[axis] // b, b) + v.shape[axis + 1:]
-    groups, j = [], 0
-    for i in range(len(v.shape)):
-        groups.append([j, j + 1] if i == axis else [j])
-        j += 2 if i == axis else 1
-    reassoc = "[" + ", ".join("[" + ", ".join(map(str, g)) + "]" for g in groups) + "]"
-    name = em.op(f"tensor.expand_shape {v.ssa} {reassoc} output_shape [{', '.join(map(str, shape))}] "
-                 f": {v.type} into {tensor_type(shape, v.elem)}", "r")
-    return Value(name, shape, v.elem)
-
-
 @register_lowering(OpKind.BLOCK_SCALE_QUANTIZE)
 def lower_quantize(ctx: LowerContext, node: NodeDesc) -> None:
     at = node.attrs
-    try:
-        check_quantize(at, lambda u: ctx.tensor(u).dims)
-    except GraphError as e:
-        raise GraphError(f"block_scale_quantize '{node.name}': {e}", e.kind) from None
+    _checked(node, lambda: check_quantize(at, lambda u: ctx.tensor(u).dims))
     fmt = _y_format(ctx, node, at.y_uid)
     skind = _scale_kind(ctx, node, at.scale_uid)
     em = ctx.em
@@ -151,7 +136,7 @@ def lower_quantize(ctx: LowerContext, node: NodeDesc) -> None:
     axis, b = quantize_axis(at, rank), at.block_size
     sshape = x.shape[:axis] + (x.shape[axis] // b,) + x.shape[axis + 1:]
     # x with its axis split into [blocks, block] (tensor.expand_shape), reduced over the block axis
-    xs = _split(em, x, axis, b)
+    xs = split_axis(em, x, axis, x.shape[axis] // b, b)
     d = [f"d{i}" for i in range(rank + 1)]
     xmap = _amap(rank + 1, d)
     smap = _amap(rank + 1, [d[i] for i in range(rank + 1) if i != axis + 1])
@@ -194,10 +179,7 @@ def lower_quantize(ctx: LowerContext, node: NodeDesc) -> None:
 def lower_dequantize(ctx: LowerContext, node: NodeDesc) -> None:
     at = node.attrs
     x, s = ctx.value(at.x_uid), ctx.value(at.scale_uid)
-    try:
-        blocks = dequantize_blocks(at, x.shape, s.shape)
-    except GraphError as e:
-        raise GraphError(f"block_scale_dequantize '{node.name}': {e}", e.kind) from None
+    blocks = _checked(node, lambda: dequantize_blocks(at, x.shape, s.shape))
     em = ctx.em
     rank = len(x.shape)
     e = [f"d{i}" for i in range(rank)]

@@ -55,7 +55,7 @@ from __future__ import annotations
 import math
 
 from lowering._context import LowerContext, is_nan
-from lowering._emit import FLOAT_TYPES, Emitter, Sym, Value, is_static, tensor_type
+from lowering._emit import FLOAT_TYPES, Emitter, Sym, Value, is_static, split_axis, tensor_type
 from lowering._registry import register_lowering
 from graph_ir.desc import ABSENT, GraphError, NodeDesc, OpKind
 from graph_ir.ops.sdpa import check_scale_dims, check_scale_value, mask_broadcasts, sdpa_shape
@@ -75,15 +75,7 @@ def _amap(rank: int, exprs) -> str:
 
 def _split_heads(em: Emitter, v: Value, axis: int, hk: int, g: int) -> Value:
     """``tensor.expand_shape`` of head axis ``axis`` (size ``hk * g``) into ``[hk, g]``."""
-    shape = v.shape[:axis] + (hk, g) + v.shape[axis + 1:]
-    groups, j = [], 0
-    for i in range(len(v.shape)):
-        groups.append([j, j + 1] if i == axis else [j])
-        j += 2 if i == axis else 1
-    reassoc = "[" + ", ".join("[" + ", ".join(map(str, grp)) + "]" for grp in groups) + "]"
-    name = em.op(f"tensor.expand_shape {v.ssa} {reassoc} output_shape [{', '.join(map(str, shape))}] "
-                 f": {v.type} into {tensor_type(shape, v.elem)}", "r")
-    return Value(name, shape, v.elem)
+    return split_axis(em, v, axis, hk, g)
 
 
 def _repeat_heads(em: Emitter, x: Value, r: int) -> Value:

@@ -50,11 +50,11 @@ class BlockScaleOps:
         s.set_data_type(sdt)
         return y, s
 
-    def block_scale_dequantize(self, x, scale, block_size, compute_data_type=None, name=None):
-        """``y = x * scale``, each scale element covering its block of x (cuDNN's
-        BLOCK_SCALE_DEQUANTIZE). ``block_size``: an int (along the axis where the scale's dims
-        differ from x's) or a list, one size per trailing axis. y takes the graph's io type
-        (FLOAT unless set) and x's dims.
+    def block_scale_dequantize(self, y, scale, block_size, compute_data_type=None, name=None):
+        """``y * scale``, each scale element covering its block of the quantized ``y`` (cuDNN's
+        BLOCK_SCALE_DEQUANTIZE; hipDNN's node calls y its x). ``block_size``: an int (along the axis
+        where the scale's dims differ from y's) or a list, one size per trailing axis. The result
+        takes the graph's io type (FLOAT unless set) and y's dims.
         """
         sizes = [block_size] if isinstance(block_size, int) and not isinstance(block_size, bool) else block_size
         try:
@@ -62,5 +62,5 @@ class BlockScaleOps:
         except (TypeError, ValueError):
             raise HipdnnError(Status.BAD_PARAM, f"block_scale_dequantize: block_size must be an int or a list of "
                                                 f"ints, got {block_size!r}") from None
-        return self._add_node(OpKind.BLOCK_SCALE_DEQUANTIZE, name, compute_data_type, {"x_uid": x, "scale_uid": scale},
+        return self._add_node(OpKind.BLOCK_SCALE_DEQUANTIZE, name, compute_data_type, {"x_uid": y, "scale_uid": scale},
                               ["y_uid"], {"block_size": sizes})[0]

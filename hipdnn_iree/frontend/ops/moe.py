@@ -32,8 +32,8 @@ def _tensor(op: str, field: str, t) -> None:
 class MoeOps:
     """Mixed into :class:`hd.Graph`."""
 
-    def moe_grouped_matmul(self, token, weight, first_token_offset, token_index=None, token_ks=None, mode=None,
-                           top_k=0, compute_data_type=None, name=None):
+    def moe_grouped_matmul(self, token, weight, first_token_offset, token_index=None, top_k=0, token_ks=None,
+                           mode=None, compute_data_type=None, name=None):
         """Mixture-of-experts grouped matmul (hipDNN's MOE_GROUPED_MATMUL, cuDNN FE's ``moe_grouped_matmul``).
 
         ``token`` ``[1, M, K]``, ``weight`` ``[E, K, N]``, ``first_token_offset`` ``[G, 1, 1]`` INT32 (or
