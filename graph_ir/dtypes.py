@@ -10,9 +10,22 @@ DATA_TYPE_NAMES = {v: k for k, v in vars(D).items() if not k.startswith("_") and
 SUPPORTED_DATA_TYPES = frozenset((D.UNSET, D.FLOAT, D.HALF, D.BFLOAT16, D.DOUBLE, D.UINT8, D.INT32, D.INT8,
                                   D.INT64, D.BOOLEAN, D.FP8_E4M3, D.FP8_E5M2, D.FP8_E8M0, D.FP4_E2M1))
 
-# The 8- and 4-bit float types: one code per byte at the module boundary (``i8``), decoded to f32
-# inside (lowering/_minifloat.py); numpy buffers are ml_dtypes arrays.
+# The 8- and 4-bit float types: codes in bytes at the module boundary (``i8``), decoded to f32
+# inside (lowering/_minifloat.py); numpy buffers are ml_dtypes arrays (FP8), packed bytes (FP4).
 MINIFLOAT_FORMATS = {D.FP8_E4M3: "e4m3", D.FP8_E5M2: "e5m2", D.FP8_E8M0: "e8m0", D.FP4_E2M1: "e2m1"}
+
+# Types stored several codes per byte: FP4 E2M1 two per byte along the tensor's innermost memory
+# axis, element 2i in the low nibble of byte i and 2i+1 in the high one (cuDNN's and torch's
+# float4_e2m1fn_x2 order). Such a tensor must be dense with an even innermost memory axis.
+CODES_PER_BYTE = {D.FP4_E2M1: 2}
+
+
+def packed_shape(data_type: int, phys_shape: tuple) -> tuple:
+    """The byte shape of a dense tensor whose memory-order shape is ``phys_shape``."""
+    n = CODES_PER_BYTE.get(data_type, 1)
+    if n == 1 or not phys_shape:
+        return tuple(phys_shape)
+    return tuple(phys_shape[:-1]) + (phys_shape[-1] // n,)
 
 
 def data_type_name(v: int) -> str:

@@ -19,6 +19,8 @@ from lowering._registry import LOWERINGS
 from graph_ir.desc import GraphDesc, GraphError, decode_graph
 from lowering import _goldens, strided
 from graph_ir.layout import physical_layout
+from graph_ir.dtypes import CODES_PER_BYTE, packed_shape
+from lowering._minifloat import pack_codes, unpack_codes
 from lowering.policy import LoweringPolicy
 from lowering.ops.matmul import needs_relayout_barrier, propagation_barrier
 
@@ -89,15 +91,18 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
             raise GraphError(f"{what}: an output cannot have stride 0 on axes {list(lay.bcast_axes)}")
         arg = f"%arg{i}"
         attr = ""
+        arg_shape = _byte_shape(t, lay, what)
         if role == "output":
             attr = f" {{iree.abi.output = {len(outputs)} : index}}"
-            outputs.append((t, lay, Value(arg, lay.phys_shape, elem)))
-        args.append(f"{arg}: {tensor_type(lay.phys_shape, elem)}{attr}")
+            outputs.append((t, lay, Value(arg, arg_shape, elem)))
+        args.append(f"{arg}: {tensor_type(arg_shape, elem)}{attr}")
         abi_tensors.append({"uid": t.uid, "name": t.name, "role": role, "arg": i,
                             "data_type": _DTYPE_NAMES.get(t.data_type, str(t.data_type)),
                             "dims": list(t.dims), "strides": list(t.strides)})
         if role == "input":
-            v = Value(arg, lay.phys_shape, elem)
+            v = Value(arg, arg_shape, elem)
+            if arg_shape != lay.phys_shape:
+                v = unpack_codes(em, v)
             if not lay.is_dense:
                 v = strided.read(em, v, lay)
             kept = [a for a in range(len(t.dims)) if a not in lay.bcast_axes]
@@ -120,6 +125,8 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
         if tuple(lay.order) != tuple(range(len(lay.order))) and needs_relayout_barrier(ctx, t.uid):
             v = propagation_barrier(em, v)   # NOTE: an IREE CUDA fault, see lowering/ops/matmul.py
         v = em.transpose(v, lay.order)
+        if run.shape != lay.phys_shape:
+            v = pack_codes(em, v)
         # NOTE: a strided output is written into the caller's run: its other elements keep their values
         results.append(v if lay.is_dense else strided.write(em, run, v, lay))
     abi = {"version": ABI_FORMAT_VERSION, "graph": graph.name, "target": target,
@@ -229,6 +236,25 @@ def _dim_lines(spec, dyn, bound, args) -> list[str]:
             v = s.ssa if j == len(d.steps) - 1 else f"%dimv{tag}"
             lines.append(f"  {v} = arith.addi %dimq{tag}, %dim1{tag} : index")
     return lines
+
+
+def _byte_shape(t, lay, what: str) -> tuple:
+    """The shape of a tensor's argument: its memory-order shape, with the innermost axis halved for
+    FP4 (two codes per byte, graph_ir/dtypes.py), which must then be dense, static and even."""
+    if t.data_type not in CODES_PER_BYTE:
+        return lay.phys_shape
+    n = CODES_PER_BYTE[t.data_type]
+    if not lay.is_dense:
+        raise GraphError(f"{what}: a {_DTYPE_NAMES.get(t.data_type)} tensor is stored {n} codes per byte and must be "
+                         f"dense; strides {list(t.strides)} for dims {list(t.dims)} are not", "unsupported")
+    shape = lay.phys_shape
+    if not shape or any(not isinstance(d, int) for d in shape):
+        raise GraphError(f"{what}: a {_DTYPE_NAMES.get(t.data_type)} tensor needs a fixed memory shape with at least "
+                         f"one axis (packed {n} codes per byte); got {[str(d) for d in shape]}", "unsupported")
+    if shape[-1] % n:
+        raise GraphError(f"{what}: a {_DTYPE_NAMES.get(t.data_type)} tensor is stored {n} codes per byte along its "
+                         f"innermost memory axis, whose size {shape[-1]} must then be a multiple of {n}", "unsupported")
+    return packed_shape(t.data_type, shape)
 
 
 # NOTE: what any target can address (x86-64 user space); the frontend refuses larger tensors at

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lowering._emit import Emitter, Value
+from lowering._emit import Emitter, Value, tensor_type
 
 
 @dataclass(frozen=True)
@@ -140,3 +140,46 @@ def encode_value(em: Emitter, v: Value, fmt) -> Value:
     """A float tensor as the ``i8`` tensor of its codes (f16/bf16/f64 converted to f32 first:
     exact for f16/bf16; f64 rounds once to f32 before the format's rounding)."""
     return em.elementwise([v], v.shape, "i8", lambda a: encode(em, em.cast(a[0], v.elem, "f32"), fmt))
+
+
+def unpack_codes(em: Emitter, v: Value) -> Value:
+    """Bytes holding two 4-bit codes each (``[..., n]``, element 2i in byte i's low nibble) as one
+    code per byte (``[..., 2n]``): a broadcast over a new innermost axis of 2, then a collapse."""
+    r = len(v.shape)
+    dims = [f"d{i}" for i in range(r + 1)]
+    domain = f"({', '.join(dims)})"
+    in_map = f"affine_map<{domain} -> ({', '.join(dims[:-1])})>"
+    out_map = f"affine_map<{domain} -> ({', '.join(dims)})>"
+
+    def body(a):
+        half = em.op(f"arith.index_cast {em.op(f'linalg.index {r} : index')} : index to i8")
+        shift = em.op(f"arith.muli {half}, {em.const(4, 'i8')} : i8")
+        return em.op(f"arith.andi {em.op(f'arith.shrui {a[0]}, {shift} : i8')}, {em.const(15, 'i8')} : i8")
+
+    pairs = em.generic([(v, in_map)], v.shape + (2,), "i8", ["parallel"] * (r + 1), out_map, body)
+    out = v.shape[:-1] + (2 * v.shape[-1],)
+    reassoc = "[" + ", ".join([f"[{i}]" for i in range(r - 1)] + [f"[{r - 1}, {r}]"]) + "]"
+    name = em.op(f"tensor.collapse_shape {pairs.ssa} {reassoc} : {pairs.type} into {tensor_type(out, 'i8')}", "r")
+    return Value(name, out, "i8")
+
+
+def pack_codes(em: Emitter, v: Value) -> Value:
+    """One 4-bit code per byte (``[..., 2n]``) as two per byte (``[..., n]``, element 2i in the low
+    nibble): the even and odd elements as two strided slices, or-ed."""
+    r = len(v.shape)
+    out = v.shape[:-1] + (v.shape[-1] // 2,)
+    sizes = ", ".join(map(str, out))
+    strides = ", ".join(["1"] * (r - 1) + ["2"])
+    halves = []
+    for first in (0, 1):
+        offs = ", ".join(["0"] * (r - 1) + [str(first)])
+        name = em.op(f"tensor.extract_slice {v.ssa}[{offs}] [{sizes}] [{strides}] : {v.type} to "
+                     f"{tensor_type(out, 'i8')}", "s")
+        halves.append(Value(name, out, "i8"))
+
+    def body(a):
+        mask = em.const(15, "i8")
+        hi = em.op(f"arith.shli {em.op(f'arith.andi {a[1]}, {mask} : i8')}, {em.const(4, 'i8')} : i8")
+        return em.op(f"arith.ori {em.op(f'arith.andi {a[0]}, {mask} : i8')}, {hi} : i8")
+
+    return em.elementwise(halves, out, "i8", body)

@@ -251,7 +251,6 @@ def test_gpu_targets_compile():
 @pytest.mark.parametrize("kw, status, match", [
     (dict(block_size=24), S.BAD_PARAM, "block_size"),                     # 24 does not divide 64
     (dict(block_size=32, axis=3), S.BAD_PARAM, "axis"),
-    (dict(block_size=32, transpose=True), S.NOT_SUPPORTED, "transpose"),
     (dict(block_size=32, y_data_type=DT.HALF), S.NOT_SUPPORTED, "y must be"),
     (dict(block_size=32, scale_data_type=DT.HALF), S.NOT_SUPPORTED, "scale must be"),
 ])
@@ -280,3 +279,104 @@ def test_wrong_buffer_type_is_refused_and_buffers_kept(cpu, rng):
     s = np.zeros((4, 2), ml_dtypes.float8_e8m0fnu)
     raises(S.BAD_PARAM, g.execute, cpu, {1: x, 2: y, 3: s})
     assert (y == 7).all()
+
+
+def test_transpose_packs_the_block_axis_innermost(cpu, rng):
+    # cuDNN's transpose=True: y and scale take the block axis as their innermost memory axis; the
+    # values are those of the plain quantize
+    g = hd.Graph(io_data_type=DT.FLOAT)
+    x = g.tensor(name="x", uid=1, dim=[64, 48])
+    y, s = g.block_scale_quantize(x, 32, axis=0, transpose=True)
+    y.set_output(True).set_uid(2)
+    s.set_output(True).set_uid(3)
+    g.build(cpu)
+    assert list(y.get_stride()) == [1, 64] and list(s.get_dim()) == [2, 48] and list(s.get_stride()) == [1, 2]
+    xv = (rng.standard_normal((64, 48)) * 10).astype(np.float32)
+    yb, sb = np.zeros((48, 64), NP[DT.FP8_E4M3]), np.zeros((48, 2), NP[DT.FP8_E8M0])   # memory order
+    g.execute(cpu, {1: xv, 2: yb, 3: sb})
+    ry, rs = quantize_ref(np.ascontiguousarray(xv.T), 32, DT.FP8_E4M3, DT.FP8_E8M0)
+    assert _same_bits(yb, ry) and _same_bits(sb, rs)
+    # along the last axis of a row-major x, transpose changes nothing
+    g2 = hd.Graph(io_data_type=DT.FLOAT)
+    y2, s2 = g2.block_scale_quantize(g2.tensor(name="x", uid=1, dim=[4, 64]), 32, transpose=True)
+    y2.set_output(True).set_uid(2)
+    s2.set_output(True).set_uid(3)
+    g2.validate()
+    assert list(y2.get_stride()) == [64, 1] and list(s2.get_stride()) == [2, 1]
+
+
+def test_pack_fp4_order_and_roundtrip(rng):
+    # element 2i in the low nibble: 0.5 is code 1, -6 code 15, 1.0 code 2
+    assert hd.pack_fp4(np.array([0.5, -6.0, 1.0, 0.0])).tolist() == [0xF1, 0x02]
+    v = rng.choice(np.arange(16, dtype=np.uint8), (3, 5, 8)).view(ml_dtypes.float4_e2m1fn)
+    p = hd.pack_fp4(v)
+    assert p.shape == (3, 5, 4) and p.dtype == np.uint8
+    assert _same_bits(hd.unpack_fp4(p), v)
+    raises(S.BAD_PARAM, hd.pack_fp4, np.zeros((2, 3), np.float32), match="even")
+    raises(S.BAD_PARAM, hd.unpack_fp4, np.zeros(4, np.float32), match="uint8")
+
+
+@pytest.mark.parametrize("sdt, block", [(DT.FP8_E4M3, 16), (DT.FP8_E8M0, 32)], ids=["NVFP4", "MXFP4"])
+def test_fp4_buffers_two_codes_per_byte(cpu, rng, sdt, block):
+    # FP4 outputs and inputs as packed bytes (the module's own buffers), bit-exact against the
+    # reference packed here; an ml_dtypes float4 array per element gives the same bytes (staged)
+    shape = (8, 4 * block)
+    g = _build(cpu, shape, block, DT.FP4_E2M1, sdt)
+    x = _data(rng, shape, block)
+    packed = {2: np.full((8, 2 * block), 0xAA, np.uint8), 3: np.zeros((8, 4), NP[sdt]), 4: np.zeros(shape, np.float32)}
+    g.execute(cpu, {1: x, **packed})
+    ry, rs = quantize_ref(x, block, DT.FP4_E2M1, sdt)
+    want = np.zeros((8, 2 * block), np.uint8)
+    want |= ry.view(np.uint8)[:, 0::2] & 15
+    want |= (ry.view(np.uint8)[:, 1::2] & 15) << 4
+    assert np.array_equal(packed[2], want) and _same_bits(packed[3], rs)
+    one = _bufs(shape, block, DT.FP4_E2M1, sdt)
+    g.execute(cpu, {1: x, **one})
+    assert _same_bits(one[2], ry) and np.array_equal(one[4], packed[4], equal_nan=True)
+    # the packed bytes dequantized by a plan restored in a fresh graph, and by the reference engine
+    def deq():
+        d = hd.Graph(io_data_type=DT.FLOAT)
+        q = d.tensor(name="q", uid=1, dim=list(shape), data_type=DT.FP4_E2M1)
+        sc = d.tensor(name="s", uid=2, dim=[8, 4], data_type=sdt)
+        z = d.block_scale_dequantize(q, sc, block)
+        z.set_output(True).set_uid(3)
+        return d, {3: z}
+    got, ref, _ = run_engines(deq, {1: packed[2], 2: packed[3]}, cpu)
+    assert np.array_equal(got[3], packed[4], equal_nan=True) and np.array_equal(ref[3], packed[4], equal_nan=True)
+    # a reference-engine output in packed bytes
+    d, _ = deq()
+    r = hd.Graph(io_data_type=DT.FLOAT)
+    xt = r.tensor(name="x", uid=1, dim=list(shape))
+    ry2, rs2 = r.block_scale_quantize(xt, block, y_data_type=DT.FP4_E2M1, scale_data_type=sdt)
+    ry2.set_output(True).set_uid(2)
+    rs2.set_output(True).set_uid(3)
+    r.set_preferred_engine_id_ext("NUMPY_REFERENCE")
+    r.build(cpu)
+    rb = {2: np.zeros((8, 2 * block), np.uint8), 3: np.zeros((8, 4), NP[sdt])}
+    r.execute(cpu, {1: x, **rb})
+    assert np.array_equal(rb[2], want)
+
+
+def test_fp4_packs_along_the_innermost_memory_axis(cpu, rng):
+    # a channels-last FP4 input [N, C, W] (C innermost in memory): its bytes pair up C neighbours
+    n, c, w = 2, 6, 4
+    g = hd.Graph(io_data_type=DT.FLOAT, compute_data_type=DT.FLOAT)
+    q = g.tensor(name="q", uid=1, dim=[n, c, w], stride=[c * w, 1, c], data_type=DT.FP4_E2M1)
+    g.pointwise(q, mode=hd.PointwiseMode.IDENTITY).set_output(True).set_uid(2).set_stride([c * w, w, 1])
+    g.build(cpu)
+    vals = rng.choice(np.arange(16, dtype=np.uint8), (n, w, c)).view(ml_dtypes.float4_e2m1fn)   # memory order
+    out = np.zeros((n, c, w), np.float32)
+    g.execute(cpu, {1: hd.pack_fp4(vals), 2: out})
+    assert np.array_equal(out, vals.astype(np.float32).transpose(0, 2, 1))
+    raises(S.BAD_PARAM, g.execute, cpu, {1: hd.pack_fp4(vals.transpose(0, 2, 1)), 2: out}, match="shape")
+
+
+@pytest.mark.parametrize("dims, strides, match", [
+    ([4, 7], None, "multiple of 2"),                 # an odd innermost memory axis
+    ([4, 8], [16, 1], "dense"),                       # a strided view
+])
+def test_fp4_layouts_that_cannot_pack(cpu, dims, strides, match):
+    g = hd.Graph(io_data_type=DT.FLOAT, compute_data_type=DT.FLOAT)
+    q = g.tensor(name="q", uid=1, dim=dims, stride=strides, data_type=DT.FP4_E2M1)
+    g.pointwise(q, mode=hd.PointwiseMode.IDENTITY).set_output(True).set_uid(2)
+    raises(S.NOT_SUPPORTED, g.build, cpu, match=match)

@@ -30,9 +30,6 @@ def check_quantize(at, dims) -> dict:
         raise GraphError(f"field 'block_size' value {b} must be positive")
     if x[axis] % b:
         raise GraphError(f"field 'block_size' value {b} does not divide x's axis {axis} of size {x[axis]}")
-    if at.transpose:
-        raise GraphError("field 'transpose' value True (a transposed y) is not supported by this engine",
-                         "unsupported")
     scale = x[:axis] + (x[axis] // b,) + x[axis + 1:]
     return {at.y_uid: x, at.scale_uid: scale}
 

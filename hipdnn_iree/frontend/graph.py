@@ -713,6 +713,8 @@ def _inferred_strides(n: _Node, out_field: str, dims, hint=None) -> list[int]:
     cuDNN facade's conv and reduction outputs) packs rank >= 3 outputs channels-last instead."""
     if hint == "channels_last" and len(dims) >= 3:
         return _strides_in_order(dims, [0, *range(2, len(dims)), 1])
+    if n.kind == OpKind.BLOCK_SCALE_QUANTIZE and n.params.get("transpose"):
+        return _transposed_quantize_strides(n, dims)
     for out_f, in_f in OPS[n.kind].stride_order_from:
         ref = n.tensors.get(in_f)
         if out_f != out_field or ref is None or ref.is_scalar() or ref._stride is None:
@@ -727,6 +729,21 @@ def _inferred_strides(n: _Node, out_field: str, dims, hint=None) -> list[int]:
             continue
         return _strides_in_order(dims, lay.order)
     return list(packed_strides(dims))
+
+
+def _transposed_quantize_strides(n: _Node, dims) -> list[int]:
+    """block_scale_quantize(transpose=True): y's and scale's block axis packed innermost (cuDNN's
+    rule: x's axes from the innermost out, rotated so the block axis comes first)."""
+    x = n.tensors.get("x_uid")
+    rank = len(dims)
+    xs = x._stride if x is not None and x._stride is not None and len(x._stride) == rank else packed_strides(dims)
+    xd = x._dim if x is not None and x._dim is not None and len(x._dim) == rank else dims
+    # innermost first; equal strides put the size-1 axis outside
+    inner = sorted(range(rank), key=lambda a: (xs[a], 0 if xd[a] != 1 else 1, -a))
+    axis = n.params.get("axis", rank - 1) % rank if rank else 0
+    k = inner.index(axis)
+    inner = inner[k:] + inner[:k]
+    return _strides_in_order(dims, list(reversed(inner)))
 
 
 def _strides_in_order(dims, order) -> list[int]:

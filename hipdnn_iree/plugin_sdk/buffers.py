@@ -13,7 +13,7 @@ import numpy as np
 
 from hipdnn_iree.plugin_sdk.errors import to_hipdnn
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
-from graph_ir.dtypes import ELEMENT_TYPES
+from graph_ir.dtypes import CODES_PER_BYTE, ELEMENT_TYPES, MINIFLOAT_FORMATS as _MINIFLOAT, packed_shape
 from graph_ir.layout import Layout, GraphError, physical_layout
 
 
@@ -93,6 +93,74 @@ class BoundTensor:
     def dtype(self) -> np.dtype:
         return numpy_dtype(self.data_type)
 
+    @property
+    def packed(self) -> bool:
+        """Stored several codes per byte (FP4: graph_ir/dtypes.py CODES_PER_BYTE)."""
+        return self.data_type in CODES_PER_BYTE
+
+    @functools.cached_property
+    def byte_shape(self) -> tuple[int, ...]:
+        """A packed tensor's buffer shape: memory order, innermost axis divided by the codes per byte."""
+        return packed_shape(self.data_type, self.layout.phys_shape)
+
+
+_BYTE_DTYPES = ("uint8", "int8")
+
+
+def _is_bytes(t: BoundTensor, arr) -> bool:
+    """``arr`` holds a packed tensor's bytes (not one code per element)."""
+    return t.packed and str(getattr(arr, "dtype", "")).rsplit(".", 1)[-1] in (*_BYTE_DTYPES, "float4_e2m1fn_x2")
+
+
+def pack_fp4(values) -> np.ndarray:
+    """FP4 E2M1 values as the bytes an FP4_E2M1 tensor's buffer holds: two codes per byte along the
+    last axis, element 2i in the low nibble of byte i (cuDNN's and torch's float4_e2m1fn_x2 order).
+
+    ``values``: an ``ml_dtypes.float4_e2m1fn`` array, or any float array (converted by ml_dtypes:
+    round to nearest even, saturating at +-6). The last axis must have an even size.
+
+    Example:
+        >>> import numpy as np, hipdnn_iree as hd
+        >>> hd.pack_fp4(np.array([[0.5, -6.0, 1.0, 0.0]])).tolist()
+        [[241, 2]]
+    """
+    ml = _ml_dtypes()
+    a = np.asarray(values)
+    if a.dtype.name != "float4_e2m1fn":
+        try:
+            a = a.astype(ml.float4_e2m1fn)
+        except (TypeError, ValueError) as e:
+            raise HipdnnError(Status.BAD_PARAM, f"pack_fp4: cannot read {a.dtype} values as FP4 E2M1: {e}") from None
+    if a.ndim == 0 or a.shape[-1] % 2:
+        raise HipdnnError(Status.BAD_PARAM, f"pack_fp4: the last axis must have an even size (two codes per byte), "
+                                            f"got shape {list(a.shape)}")
+    codes = a.view(np.uint8) & 0x0F
+    return np.ascontiguousarray(codes[..., 0::2] | (codes[..., 1::2] << 4))
+
+
+def unpack_fp4(packed) -> np.ndarray:
+    """The inverse of :func:`pack_fp4`: bytes ``[..., n]`` -> ``ml_dtypes.float4_e2m1fn`` ``[..., 2n]``."""
+    p = np.asarray(packed)
+    if p.dtype.name not in _BYTE_DTYPES or p.ndim == 0:
+        raise HipdnnError(Status.BAD_PARAM, f"unpack_fp4: expected a uint8 array of packed codes, got "
+                                            f"{p.dtype} of shape {list(p.shape)}")
+    p = p.view(np.uint8)
+    out = np.empty(p.shape[:-1] + (2 * p.shape[-1],), np.uint8)
+    out[..., 0::2] = p & 0x0F
+    out[..., 1::2] = p >> 4
+    return out.view(_ml_dtypes().float4_e2m1fn)
+
+
+def copy_codes(dst: np.ndarray, src: np.ndarray) -> None:
+    """``np.copyto``, packing or unpacking where one side is an FP4 tensor's bytes and the other one
+    code per element (host staging of ``ml_dtypes.float4_e2m1fn`` arrays)."""
+    if dst.dtype == src.dtype:
+        np.copyto(dst, src)
+    elif src.dtype.name == "float4_e2m1fn":
+        np.copyto(dst, pack_fp4(src).view(dst.dtype))
+    else:
+        np.copyto(dst, unpack_fp4(src))
+
 
 def _as_array(uid: int, t: BoundTensor, buf) -> np.ndarray:
     if isinstance(buf, np.ndarray):
@@ -146,8 +214,14 @@ def dense_view(t: BoundTensor, arr: np.ndarray) -> np.ndarray:
     except GraphError as e:
         raise to_hipdnn(e, "graph") from None
     what = f"tensor '{t.name}' (uid {t.uid})"
+    if _is_bytes(t, arr):
+        if tuple(arr.shape) != t.byte_shape or not arr.flags.c_contiguous:
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: {_packed_form(t)}; got a {'' if arr.flags.c_contiguous else 'non-contiguous '}"
+                                                f"{arr.dtype} buffer of shape {list(arr.shape)}")
+        return arr
     if arr.dtype != t.dtype:
-        raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer has dtype {arr.dtype}, the plan needs {t.dtype}")
+        more = f" ({_packed_form(t)})" if t.packed else ""
+        raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer has dtype {arr.dtype}, the plan needs {t.dtype}{more}")
     # NOTE: exactly two shapes are accepted: the logical dims with the declared strides, or the
     # memory-order shape, C-contiguous. A buffer that merely has the right element count is refused
     # (it is how transposition bugs in user code show up).
@@ -177,6 +251,13 @@ def dense_view(t: BoundTensor, arr: np.ndarray) -> np.ndarray:
     return view
 
 
+def _packed_form(t: BoundTensor) -> str:
+    n = CODES_PER_BYTE[t.data_type]
+    return (f"its buffer holds {n} codes per byte: a C-contiguous uint8 array of shape {list(t.byte_shape)} "
+            f"(memory order, innermost axis / {n}; hd.pack_fp4 makes one), or on the host an "
+            f"ml_dtypes.{t.dtype.name} array of dims {list(t.dims)}")
+
+
 def bind_variant_pack(tensors: list[BoundTensor], variant_pack) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
     """Checks ``variant_pack`` against ``tensors``; returns (inputs, outputs) as dense views."""
     _check_pack_keys(tensors, variant_pack)
@@ -201,12 +282,15 @@ def _check_aliasing(tensors, ins: dict, outs: dict) -> None:
     Inputs may overlap each other (several views into one packed buffer).
     """
     by_uid = {t.uid: t for t in tensors}
+    def elements(u, v):   # NOTE: packed bytes are their own elements (unpacking would copy)
+        return v if _is_bytes(by_uid[u], v) else logical_from_dense(by_uid[u], v)
+
     for ou, o in outs.items():
-        mine = logical_from_dense(by_uid[ou], o)
+        mine = elements(ou, o)
         for iu, i in list(ins.items()) + [(u, v) for u, v in outs.items() if u != ou]:
             if not np.may_share_memory(o, i):
                 continue
-            other = logical_from_dense(by_uid[iu], i)
+            other = elements(iu, i)
             try:
                 overlap = np.shares_memory(mine, other, max_work=10**6)
             except np.exceptions.TooHardError:
@@ -222,8 +306,11 @@ def _check_aliasing(tensors, ins: dict, outs: dict) -> None:
 
 
 def logical_from_dense(t: BoundTensor, view: np.ndarray) -> np.ndarray:
-    """Inverse of :func:`dense_view`: the logical (dims-shaped) array, broadcast axes included."""
+    """Inverse of :func:`dense_view`: the logical (dims-shaped) array, broadcast axes included
+    (a packed tensor's bytes are unpacked: a copy)."""
     lay = t.layout
+    if _is_bytes(t, view):
+        view = unpack_fp4(view)
     if not lay.is_dense:
         return np.lib.stride_tricks.as_strided(view, shape=t.dims, strides=[s * view.itemsize for s in t.strides],
                                                writeable=view.flags.writeable)
@@ -241,7 +328,9 @@ def dense_from_logical(t: BoundTensor, arr: np.ndarray) -> np.ndarray:
 def store_logical(t: BoundTensor, view: np.ndarray, arr: np.ndarray) -> None:
     """Writes the logical (dims-shaped) ``arr`` into ``view`` (what :func:`dense_view` returned);
     a strided tensor's run keeps the elements that are not the tensor's."""
-    if t.layout.is_dense:
+    if _is_bytes(t, view):
+        np.copyto(view, pack_fp4(np.asarray(dense_from_logical(t, arr), t.dtype)).view(view.dtype))
+    elif t.layout.is_dense:
         np.copyto(view, dense_from_logical(t, arr))
     else:
         np.copyto(logical_from_dense(t, view), arr)
@@ -317,12 +406,19 @@ def bind_device_pack(tensors: list[BoundTensor], variant_pack, driver: str) -> d
         if int(dev_type) not in want_types:
             raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer lives on {_DLPACK_NAMES.get(int(dev_type), dev_type)} "
                                                 f"memory, but the handle's device is {driver}")
-        if _dtype_name(obj) != t.dtype.name:
-            raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer has dtype {_dtype_name(obj)}, the plan needs {t.dtype.name}")
-        lay = t.layout
         shape = tuple(int(d) for d in obj.shape)
         from graph_ir.layout import packed_strides
         strides = _obj_strides(obj, shape)
+        if t.packed:
+            if not _is_bytes(t, obj) or shape != t.byte_shape or tuple(strides) != tuple(packed_strides(shape)):
+                raise HipdnnError(Status.BAD_PARAM, f"{what}: {_packed_form(t).split(', or on the host')[0]} (or "
+                                                    f"torch.float4_e2m1fn_x2); got {_dtype_name(obj)} of shape "
+                                                    f"{list(shape)}, strides {list(strides)}")
+            dense[t.uid] = _as_int8(obj)
+            continue
+        if _dtype_name(obj) != t.dtype.name:
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer has dtype {_dtype_name(obj)}, the plan needs {t.dtype.name}")
+        lay = t.layout
         bad = ([a for a in range(len(shape)) if t.dims[a] > 1 and strides[a] != t.strides[a]]
                if shape == t.dims else None)
         if bad == [] and not lay.is_dense:
@@ -338,8 +434,18 @@ def bind_device_pack(tensors: list[BoundTensor], variant_pack, driver: str) -> d
                               f"strides {list(t.strides)} on axes {bad}")
         else:
             raise _shape_error(what, shape, t, lay)
-        dense[t.uid] = view
+        dense[t.uid] = _as_int8(view) if t.data_type in _MINIFLOAT else view
     return dense
+
+
+def _as_int8(obj):
+    """A torch tensor of 8- or 4-bit float codes viewed as int8 (what the module takes, and a dtype
+    every DLPack importer knows); other objects as they are."""
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor) and obj.dtype != torch.int8 and obj.element_size() == 1:
+        return obj.view(torch.int8)
+    return obj
 
 
 def synchronize_producers(objs) -> None:

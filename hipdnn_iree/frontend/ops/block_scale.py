@@ -23,7 +23,9 @@ class BlockScaleOps:
         Recipes: MXFP8 (y FP8_E4M3 or FP8_E5M2, scale FP8_E8M0, block 32), NVFP4 (y FP4_E2M1,
         scale FP8_E4M3, block 16), MXFP4 (y FP4_E2M1, scale FP8_E8M0, block 32); a FLOAT scale
         is ``amax / vmax`` itself. ``scale_data_type`` None picks E8M0 for FP8 y and E4M3 for FP4 y.
-        ``transpose=True`` (a transposed y) is NOT_SUPPORTED by this engine.
+        ``transpose=True`` lays y and scale out with the block axis innermost in memory (cuDNN's
+        rule: x's axes from the innermost out, rotated to start at the axis) where their strides
+        are left unset; the values are the same.
 
         Returns:
             ``(y, scale)``: y has x's dims, scale x's dims with ``dims[axis] / block_size``.

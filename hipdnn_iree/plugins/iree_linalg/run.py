@@ -6,7 +6,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from hipdnn_iree.plugin_sdk.buffers import bind_device_pack, bind_variant_pack, empty_aligned, synchronize_producers
+from hipdnn_iree.plugin_sdk.buffers import (bind_device_pack, bind_variant_pack, copy_codes, empty_aligned,
+                                            synchronize_producers)
 from hipdnn_iree.plugin_sdk.shapes import carve_pack, resolve_tensors
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.plugins.iree_linalg.context import IreeExecutionContext
@@ -38,6 +39,11 @@ def _importable(arr) -> bool:
     """Whether IREE can use this host array in place (see _iree_rt.HOST_ALIGNMENT)."""
     from hipdnn_iree.plugins.iree_linalg.runtime import HOST_ALIGNMENT
     return arr.flags.writeable and arr.__array_interface__["data"][0] % HOST_ALIGNMENT == 0
+
+
+def _unpacked(t, arr) -> bool:
+    """A packed (FP4) tensor given as one code per element: staged into packed bytes."""
+    return t.packed and arr.dtype != np.uint8 and arr.dtype != np.int8
 
 
 def _invoke_list(mod, args, n_out: int, entry: str | None = None) -> None:
@@ -186,10 +192,10 @@ def _run(ctx: IreeExecutionContext, mod, bound: "_Bound", variant_pack: dict) ->
     # NOTE: staging arrays are per plan: one call at a time may use them.
     with ctx.staging_lock:
         for dst, src in bound.copy_in:
-            np.copyto(dst, src)
+            copy_codes(dst, src)
         _invoke_list(mod, bound.args, bound.n_out, bound.entry)
         for dst, src in bound.copy_back:
-            np.copyto(dst, src)
+            copy_codes(dst, src)
 
 def _bind(ctx: IreeExecutionContext, mod, variant_pack: dict, tensors=None) -> "_Bound":
     """Checks the pack and imports its buffers (staging where IREE cannot use one in place).
@@ -199,7 +205,8 @@ def _bind(ctx: IreeExecutionContext, mod, variant_pack: dict, tensors=None) -> "
     if mod.is_host:
         ins, outs = bind_variant_pack(tensors, variant_pack)
         copy_in, copy_back = [], []
-        if all(_importable(a) for a in (*ins.values(), *outs.values())):
+        if all(_importable(a) and not _unpacked(t, a) for t in tensors
+               for a in [ins[t.uid] if t.role == "input" else outs[t.uid]]):
             views = [mod.host_view(ins[t.uid] if t.role == "input" else outs[t.uid]) for t in tensors]
         else:
             views, copy_in, copy_back = _stage(ctx, ins, outs, tensors)
@@ -223,14 +230,15 @@ def _stage(ctx: IreeExecutionContext, ins: dict, outs: dict, tensors=None):
     views, copy_in, copy_back = [], [], []
     for t in (ctx.tensors if tensors is None else tensors):
         arr = ins[t.uid] if t.role == "input" else outs[t.uid]
-        if _importable(arr):
+        if _importable(arr) and not _unpacked(t, arr):
             views.append(mod.host_view(arr))
             continue
         # NOTE: override-shape plans stage each shape apart (a static plan has one shape per uid)
         skey = (t.uid, arr.shape) if ctx.override else t.uid
         staged = ctx.staging.get(skey)
         if staged is None:
-            buf = empty_aligned(arr.shape, arr.dtype)
+            # NOTE: an FP4 array of one code per element stages into the packed bytes the module takes
+            buf = empty_aligned(t.byte_shape, np.uint8) if _unpacked(t, arr) else empty_aligned(arr.shape, arr.dtype)
             staged = ctx.staging[skey] = (buf, mod.host_view(buf))
         buf, view = staged
         # NOTE: a strided output's run is read too (its other elements are written back as they were)
