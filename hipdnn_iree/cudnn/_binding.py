@@ -181,6 +181,9 @@ def _as_buffer(hdt: TensorAttributes, buf, hd_handle):
     have = getattr(buf, "dtype", None)
     if have is None:
         return buf
+    from graph_ir.dtypes import CODES_PER_BYTE
+    if int(hdt.get_data_type()) in CODES_PER_BYTE and str(have).rsplit(".", 1)[-1] in ("uint8", "int8", "float4_e2m1fn_x2"):
+        return buf   # NOTE: FP4's packed bytes (two codes each), bound as they are
     if hasattr(buf, "element_size") and callable(buf.element_size):      # torch
         name = str(have).rsplit(".", 1)[-1]
         if name != want.name and buf.element_size() == want.itemsize:

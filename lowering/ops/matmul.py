@@ -13,7 +13,9 @@ V operand, which IREE transposes for its attention kernel). On CUDA targets the 
 Integer operands: with an integer compute type (i32 when unset and no operand is floating point)
 products and sums are integer ops in it; INT8 operands are sign-extended (the named ops' own cast),
 UINT8 ones zero-extended by a conversion before the contraction. A floating-point compute type
-converts integer operands exactly (``arith.sitofp``/``uitofp``): int8 x bf16 with FLOAT compute."""
+converts integer operands exactly (``arith.sitofp``/``uitofp``): int8 x bf16 with FLOAT compute.
+
+FP8/FP4 operands on GPU targets contract as f16 (exact) with f32 accumulation: ``_f16_operands``."""
 from __future__ import annotations
 
 from lowering._context import LowerContext
@@ -100,6 +102,22 @@ def keep_cast_apart(ctx: LowerContext, v: Value) -> Value:
     return em.elementwise([v], v.shape, v.elem, lambda a: em.op(f"arith.addf {a[0]}, {zero} : {v.elem}"))
 
 
+# FP8 and FP4 values (decoded to f32 by lowering/_context.py) that f16 holds exactly: E4M3 (to 448,
+# down to 2^-9), E5M2 (to 57344, down to 2^-16), E2M1; not E8M0 (2^-127..2^127)
+_F16_EXACT = (DataType.FP8_E4M3, DataType.FP8_E5M2, DataType.FP4_E2M1)
+
+
+def _f16_operands(ctx: LowerContext, *pairs) -> list[Value]:
+    """GPU targets, f32 accumulation: a contraction whose operands are FP8/FP4 tensors (or one of them
+    f16) takes them as f16, exactly, so it runs on the f16 tensor-core path with f32 sums; the
+    products and sums are those of the f32 form. Other operands as they are."""
+    kinds = [ctx.tensor(u).data_type for u, _ in pairs]
+    if not any(k in _F16_EXACT for k in kinds) or \
+            not all(k in _F16_EXACT or v.elem == "f16" for (_, v), k in zip(pairs, kinds)):
+        return [v for _, v in pairs]
+    return [ctx.em.convert(v, "f16") for _, v in pairs]
+
+
 @register_lowering(OpKind.MATMUL)
 def lower_matmul(ctx: LowerContext, node: NodeDesc) -> None:
     at = node.attrs
@@ -114,6 +132,8 @@ def lower_matmul(ctx: LowerContext, node: NodeDesc) -> None:
     # NOTE: the named ops sign-extend integer operands: UINT8 ones are zero-extended here first
     a, b = (em.convert(v, acc, unsigned=True) if ctx.tensor(u).data_type == DataType.UINT8 else v
             for u, v in ((at.a_uid, a), (at.b_uid, b)))
+    if not ctx.policy.is_cpu and acc == "f32":
+        a, b = _f16_operands(ctx, (at.a_uid, a), (at.b_uid, b))
     if not ctx.policy.is_cpu and a.elem == b.elem:
         sa, sb = _widened_from(ctx, at.a_uid), _widened_from(ctx, at.b_uid)
         if sa is not None and sb is not None and sa != sb:
