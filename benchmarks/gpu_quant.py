@@ -13,8 +13,9 @@ Checks (each a row of the JSON, PASS/FAIL):
     of the decoded values; a dequantize+matmul of MXFP8 and NVFP4 weights against float64
   - a custom op (registered MLIR) built for the GPU, the plan saved, restored and run in a subprocess
     that registered nothing
-Timing (``--bench``): ours (an E4M3 x E4M3 -> bf16 plan) against torch._scaled_mm (E4M3, unit
-scales, bf16 out) and torch.matmul in bf16, interleaved round by round (a round: 10 calls then one
+Timing (``--bench``): ours (an E4M3 x E4M3 -> bf16 plan; also the variant with the decode fused
+into the contraction's dispatch, and the same matmul from f16 operands) against torch._scaled_mm
+(E4M3, unit scales, bf16 out) and torch.matmul in bf16, interleaved round by round (a round: 10 calls then one
 synchronize; 30 rounds after warm-up), two passes A and B; medians per call and TFLOP/s.
 
     python3 benchmarks/gpu_quant.py --device cuda --target cuda:sm_80 --bench --json out.json
@@ -77,6 +78,8 @@ class Side:
             dt = getattr(ml_dtypes, dtype_name, None) or np.dtype(dtype_name)
             return np.zeros(shape, dt)
         t = self.torch
+        if dtype_name == "float4_e2m1fn_x2":      # NOTE: torch has no fill for it
+            return t.zeros(shape, dtype=t.uint8, device="cuda").view(t.float4_e2m1fn_x2)
         return t.zeros(shape, dtype=getattr(t, dtype_name), device="cuda")
 
     def get(self, buf) -> np.ndarray:
@@ -266,6 +269,18 @@ def check_custom_op(h, side, device, rng):
            stderr=p.stderr[-400:] if p.returncode else "")
 
 
+def _build_fused(g, h):
+    """The variant without lowering/ops/matmul.py's decode barrier (the decode fused into the
+    contraction's dispatch), for the comparison; the handle's compile cache is off."""
+    import lowering.ops.matmul as mm
+    keep = mm.decoded_apart
+    mm.decoded_apart = lambda ctx, v: v
+    try:
+        g.build(h)
+    finally:
+        mm.decoded_apart = keep
+
+
 def bench(h, side, shapes, rounds=30, burst=10):
     torch = side.torch
     rows = []
@@ -274,6 +289,13 @@ def bench(h, side, shapes, rounds=30, burst=10):
         t0 = time.perf_counter()
         g.build(h)
         build_s = time.perf_counter() - t0
+        gf = fp8_matmul_graph(m, k, n, DT.FP8_E4M3, DT.FP8_E4M3, DT.BFLOAT16, name=f"bench_fused_{m}x{k}x{n}")
+        _build_fused(gf, h)
+        g16 = fp8_matmul_graph(m, k, n, DT.HALF, DT.HALF, DT.BFLOAT16, name=f"bench_f16_{m}x{k}x{n}")
+        g16.build(h)
+        disp = {"ours_fp8": g.get_execution_plan().context.dispatch_count,
+                "ours_fp8_fused_decode": gf.get_execution_plan().context.dispatch_count,
+                "ours_f16": g16.get_execution_plan().context.dispatch_count}
         a = (torch.randn(m, k, device="cuda") * 4).to(torch.float8_e4m3fn)
         bt = (torch.randn(n, k, device="cuda") * 4).to(torch.float8_e4m3fn)
         b = bt.t()                                   # [k, n], column-major
@@ -282,8 +304,19 @@ def bench(h, side, shapes, rounds=30, burst=10):
         one = torch.ones((), device="cuda")
         a16, b16 = a.to(torch.bfloat16), b.to(torch.bfloat16)
 
+        fused_out = torch.empty(1, m, n, dtype=torch.bfloat16, device="cuda")
+        fused_pack = {1: a[None], 2: b[None], 3: fused_out}
+        a16h, b16h = a.to(torch.float16), b.to(torch.float16)
+        f16_pack = {1: a16h[None], 2: b16h[None], 3: torch.empty(1, m, n, dtype=torch.bfloat16, device="cuda")}
+
         def ours():
             g.execute(h, pack)
+
+        def ours_fused():
+            gf.execute(h, fused_pack)
+
+        def ours_f16():
+            g16.execute(h, f16_pack)
 
         def scaled():
             return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
@@ -291,11 +324,14 @@ def bench(h, side, shapes, rounds=30, burst=10):
         def bf16():
             return torch.matmul(a16, b16)
 
-        sides = {"ours_fp8": ours, "torch_scaled_mm_fp8": scaled, "torch_matmul_bf16": bf16}
+        sides = {"ours_fp8": ours, "ours_fp8_fused_decode": ours_fused, "ours_f16": ours_f16,
+                 "torch_scaled_mm_fp8": scaled, "torch_matmul_bf16": bf16}
         ref = scaled().float()
         ours()
+        ours_fused()
         torch.cuda.synchronize()
         err = float((ours_out[0].float() - ref).abs().max() / ref.abs().max())
+        err_fused = float((fused_out[0].float() - ref).abs().max() / ref.abs().max())
         for passname in ("A", "B"):
             times = {s: [] for s in sides}
             for f in sides.values():
@@ -312,7 +348,8 @@ def bench(h, side, shapes, rounds=30, burst=10):
             med = {s: float(np.median(v)) for s, v in times.items()}
             flops = 2.0 * m * k * n
             row = {"mkn": [m, k, n], "pass": passname, "build_s": round(build_s, 2),
-                   "ours_vs_scaled_mm_max_rel_diff": f"{err:.2e}",
+                   "ours_vs_scaled_mm_max_rel_diff": f"{err:.2e}", "fused_vs_scaled_mm_max_rel_diff": f"{err_fused:.2e}",
+                   "dispatches": disp,
                    **{f"{s}_ms": round(v * 1e3, 4) for s, v in med.items()},
                    **{f"{s}_tflops": round(flops / v / 1e12, 1) for s, v in med.items()},
                    "ours_over_scaled_mm": round(med["ours_fp8"] / med["torch_scaled_mm_fp8"], 2)}

@@ -380,3 +380,18 @@ def test_fp4_layouts_that_cannot_pack(cpu, dims, strides, match):
     q = g.tensor(name="q", uid=1, dim=dims, stride=strides, data_type=DT.FP4_E2M1)
     g.pointwise(q, mode=hd.PointwiseMode.IDENTITY).set_output(True).set_uid(2)
     raises(S.NOT_SUPPORTED, g.build, cpu, match=match)
+
+
+def test_f8_128x4_helpers(rng):
+    # the tile order on hand-checked positions, and the round trip with padding and a leading axis
+    s = np.arange(130 * 5, dtype=np.uint8).reshape(130, 5)
+    b = hd.to_f8_128x4(s)
+    assert b.size == 256 * 8
+    assert b[0] == s[0, 0] and b[1] == s[0, 1] and b[16] == s[1, 0] and b[4] == s[32, 0] and b[511] == s[127, 3]
+    assert b[512] == s[0, 4] and b[1024] == s[128, 0] and b[1024 + 512] == s[128, 4]
+    v = rng.integers(0, 255, (3, 40, 9)).astype(np.uint8).view(ml_dtypes.float8_e8m0fnu)
+    t = hd.to_f8_128x4(v)
+    assert t.dtype == v.dtype and t.size == 3 * 128 * 12
+    assert _same_bits(hd.from_f8_128x4(t, 40, 9, (3,)), v)
+    raises(S.BAD_PARAM, hd.from_f8_128x4, t[:100], 40, 9, (3,), match="F8_128x4")
+    raises(S.BAD_PARAM, hd.to_f8_128x4, np.zeros((4, 4), np.float32), match="1-byte")

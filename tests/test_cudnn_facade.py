@@ -578,3 +578,72 @@ def test_block_scale_quantize_and_dequantize_through_the_facade(handle):
         sc = s.astype(np.float64)
         assert (sc * vmax >= amax).all()                          # the scale rounds up: nothing saturates
         assert np.abs(z - x).max() <= 0.25 * np.abs(x).max()
+
+
+def _tiles_128x4(s):
+    """cuDNN's F8_128x4 bytes of a plain [rows, cols] matrix, by reshapes (an independent statement of
+    hipdnn_iree/plugin_sdk/scale_layout.py's arithmetic): pad to 128 x 4, tiles in row-major order,
+    each tile's four 32-row quarters interleaved in 4-byte groups."""
+    rows, cols = s.shape
+    pr, pc = -(-rows // 128) * 128, -(-cols // 4) * 4
+    pad = np.zeros((pr, pc), np.uint8)
+    pad[:rows, :cols] = s.view(np.uint8)
+    t = pad.reshape(pr // 128, 128, pc // 4, 4).transpose(0, 2, 1, 3)           # tiles [R, C, 128, 4]
+    return np.ascontiguousarray(t.reshape(-1, 4, 32, 4).transpose(0, 2, 1, 3)).reshape(-1)
+
+
+def test_f8_128x4_scales_through_the_facade(handle):
+    # an NVFP4 matmul as cuDNN FE writes it: FP4 A [1, M, K] and B [1, K, N] (K innermost for both,
+    # two codes per byte), E4M3 scales declared reordering_type=F8_128x4; M and N not multiples of 128
+    import ml_dtypes
+    rng = np.random.default_rng(11)
+    m, n, k, bs = 200, 136, 128, 16
+    sk = k // bs
+    fp4, e4m3 = cudnn.data_type.FP4_E2M1, cudnn.data_type.FP8_E4M3
+    rk = dict(reordering_type=cudnn.tensor_reordering.F8_128x4)
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.HALF, intermediate_data_type=cudnn.data_type.FLOAT,
+                      compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+    A = g.tensor(name="A", dim=[1, m, k], stride=[m * k, k, 1], data_type=fp4)
+    SA = g.tensor(name="SA", dim=[1, m, sk], stride=[m * sk, sk, 1], data_type=e4m3, **rk)
+    B = g.tensor(name="B", dim=[1, k, n], stride=[k * n, 1, k], data_type=fp4)
+    SB = g.tensor(name="SB", dim=[1, sk, n], stride=[sk * n, 1, sk], data_type=e4m3, **rk)
+    assert SA.get_reordering_type() == cudnn.tensor_reordering.F8_128x4
+    C = g.matmul(g.block_scale_dequantize(A, SA, block_size=[1, bs]), g.block_scale_dequantize(B, SB, block_size=[bs, 1]))
+    C.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    g.build([cudnn.heur_mode.A])
+    a_codes = rng.integers(0, 16, (m, k)).astype(np.uint8)
+    b_codes = rng.integers(0, 16, (n, k)).astype(np.uint8)                 # B's memory order [n, k]
+    sa = rng.uniform(0.05, 4, (m, sk)).astype(ml_dtypes.float8_e4m3fn)
+    sb = rng.uniform(0.05, 4, (n, sk)).astype(ml_dtypes.float8_e4m3fn)
+    pack = lambda c: (c[:, 0::2] | (c[:, 1::2] << 4))[None]
+    c = np.full((1, m, n), np.nan, np.float32)
+    tiles_a, tiles_b = _tiles_128x4(sa), _tiles_128x4(sb)
+    assert tiles_a.size == 256 * 8 and tiles_b.size == 256 * 8
+    g.execute({A: pack(a_codes), SA: tiles_a, B: pack(b_codes), SB: tiles_b, C: c},
+              np.zeros(max(g.get_workspace_size(), 1), np.uint8))
+    f = lambda codes: codes.view(ml_dtypes.float4_e2m1fn).astype(np.float64)
+    wa = f(a_codes) * sa.astype(np.float64).repeat(bs, 1)
+    wb = f(b_codes) * sb.astype(np.float64).repeat(bs, 1)
+    ref = wa @ wb.T
+    assert np.abs(c[0] - ref).max() <= 1e-5 * np.abs(ref).max()
+    # a quantize whose scale output is written in the tiles (padding bytes left as they were)
+    q = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+    X = q.tensor(name="X", dim=[m, k], stride=[k, 1], data_type=cudnn.data_type.FLOAT)
+    Y, S = q.block_scale_quantize(X, block_size=bs, axis=1)
+    Y.set_output(True).set_data_type(fp4)
+    S.set_output(True).set_data_type(e4m3).set_reordering_type(cudnn.tensor_reordering.F8_128x4)
+    q.build([cudnn.heur_mode.A])
+    x = (rng.standard_normal((m, k)) * 3).astype(np.float32)
+    y, s_tiles = np.zeros((m, k // 2), np.uint8), np.full(256 * 8, 0xEE, np.uint8)
+    q.execute({X: x, Y: y, S: s_tiles}, np.zeros(max(q.get_workspace_size(), 1), np.uint8))
+    plain = hd.from_f8_128x4(s_tiles.view(ml_dtypes.float8_e4m3fn), m, sk)
+    real = _tiles_128x4(np.ones((m, sk), np.uint8)) == 1            # the bytes that hold an element
+    assert np.array_equal(s_tiles[real], _tiles_128x4(plain)[real]) and (s_tiles[~real] == 0xEE).all()
+    from test_block_scale import quantize_ref
+    ry, rs = quantize_ref(x, bs, hd.DataType.FP4_E2M1, hd.DataType.FP8_E4M3)      # the exact reference
+    assert np.array_equal(plain.view(np.uint8), rs.view(np.uint8))
+    assert np.array_equal(y, (ry.view(np.uint8)[:, 0::2] & 15) | ((ry.view(np.uint8)[:, 1::2] & 15) << 4))
+    # a buffer too small for the tiles is refused, naming the layout
+    with pytest.raises(hd.HipdnnError, match="128x4"):
+        g.execute({A: pack(a_codes), SA: tiles_a[:100], B: pack(b_codes), SB: tiles_b, C: c},
+                  np.zeros(max(g.get_workspace_size(), 1), np.uint8))

@@ -20,6 +20,7 @@ class BindingMethods:
             raise HipdnnError(Status.BAD_PARAM, f"variant_pack must be a dict, got {type(variant_pack).__name__}")
         by_uid = None
         values, pack, raw = {}, {}, {}
+        self._scatter_back = []
         for key, buf in variant_pack.items():
             if key is None or buf is None:
                 continue        # NOTE: cuDNN code passes optional outputs that are None (Stats): skipped
@@ -43,6 +44,9 @@ class BindingMethods:
                 continue
             if t._t is None:
                 raise HipdnnError(Status.BAD_PARAM, f"tensor '{t.get_name()}' is not part of the graph")
+            if t._reorder is not None:
+                pack[t._t.get_uid()] = self._unblocked(t, buf)
+                continue
             buf = _as_buffer(t._t, buf, hd_handle)
             pack[t._t.get_uid()] = _by_address(t._t, buf) if by_address else buf
             raw[t] = buf
@@ -51,6 +55,55 @@ class BindingMethods:
                 pack[alias.get_uid()] = _by_address(alias, raw[src])
         self._copy_back = self._in_place_outputs(pack, raw)
         return values, pack
+
+    def _unblocked(self, t, buf):
+        """A tensor declared ``reordering_type=F8_128x4``: the caller's buffer holds its bytes in
+        cuDNN's 128x4 tiles (hipdnn_iree/plugin_sdk/scale_layout.py). The graph keeps the plain
+        layout (hipDNN's schema has no reordering), so an input is gathered into a plain buffer of
+        its memory order before the run and an output written to one and scattered after it (a
+        copy each way, on the buffer's device)."""
+        from graph_ir.layout import physical_layout
+        from hipdnn_iree.plugin_sdk.scale_layout import f8_128x4_bytes, f8_128x4_positions
+        hdt = t._t
+        what = f"tensor '{hdt.get_name()}' (uid {hdt.get_uid()}, reordering F8_128x4)"
+        lay = physical_layout(tuple(hdt.get_dim()), tuple(hdt.get_stride()), what)
+        phys = lay.phys_shape
+        if not lay.is_dense or len(phys) < 2:
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: needs dense strides with at least two axes in memory")
+        rows, cols = phys[-2], phys[-1]
+        batch = math.prod(phys[:-2])
+        need = batch * f8_128x4_bytes(rows, cols)
+        pos = np.arange(batch, dtype=np.int64)[:, None, None] * f8_128x4_bytes(rows, cols) + \
+            f8_128x4_positions(rows, cols)[None]
+        pos = pos.reshape(-1)
+        from hipdnn_iree.plugin_sdk.buffers import numpy_dtype
+        want = numpy_dtype(int(hdt.get_data_type()))
+        is_out = id(hdt) not in self._inputs
+        if hasattr(buf, "element_size") and callable(buf.element_size):        # torch
+            import torch
+            if not buf.is_contiguous() or buf.element_size() != 1:
+                raise HipdnnError(Status.BAD_PARAM, f"{what}: pass a contiguous 1-byte tensor")
+            flat = buf.view(torch.uint8).reshape(-1)
+            if flat.numel() < need:
+                raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer has {flat.numel()} bytes, the 128x4 tiles of "
+                                                    f"[{rows}, {cols}] x {batch} take {need}")
+            idx = torch.from_numpy(pos).to(flat.device)
+            dt = getattr(torch, want.name)
+            if is_out:
+                plain = torch.empty(phys, dtype=torch.uint8, device=flat.device)
+                self._scatter_back.append((plain, flat, idx))
+                return plain.view(dt)
+            return flat[idx].reshape(phys).view(dt)
+        arr = np.asarray(buf)
+        if not arr.flags.c_contiguous or arr.dtype.itemsize != 1 or arr.size < need:
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: pass a contiguous 1-byte buffer of at least {need} bytes, "
+                                                f"got {arr.dtype} of shape {list(arr.shape)}")
+        flat = arr.reshape(-1).view(np.uint8)
+        if is_out:
+            plain = np.empty(phys, np.uint8)
+            self._scatter_back.append((plain, flat, pos))
+            return plain.view(want)
+        return flat[pos].reshape(phys).view(want)
 
     def _in_place_outputs(self, pack: dict, raw: dict) -> list:
         """cuDNN updates buffers in place (batchnorm's running statistics: the output bound to the
@@ -222,8 +275,9 @@ def _by_address(hdt: TensorAttributes, buf):
     """``buf`` seen with the tensor's declared dims and strides from its first element, as cuDNN
     binds a device pointer: any torch/numpy buffer whose memory covers the declared span."""
     dims, strides = hdt._dim, hdt._stride
-    if dims is None or strides is None:
-        return buf
+    from graph_ir.dtypes import CODES_PER_BYTE
+    if dims is None or strides is None or int(hdt.get_data_type()) in CODES_PER_BYTE:
+        return buf      # NOTE: FP4's packed bytes: the engine checks their (memory-order) shape itself
     shape = getattr(buf, "shape", None)
     if shape is None:
         return buf

@@ -192,6 +192,7 @@ class tensor_reordering(_Enum):
     NONE = 0
     INT8x32 = 1
     F16x16 = 2
+    F8_128x4 = 3     # block-scale factors in 128 x 4 tiles (hipdnn_iree/plugin_sdk/scale_layout.py)
 
 
 class diagonal_alignment(_Enum):

@@ -58,6 +58,7 @@ class pygraph(OpMethods, MoeMethods, PlanMethods, BindingMethods):
         self._plan_tensors = None
         self._last_pack = None
         self._copy_back = []
+        self._scatter_back = []
         self._aliases = []                # (hd tensor, facade tensor): bound to the facade tensor's buffer
         self._deselected = set()          # engine ids left out (deselect_engines)
         self._inputs = set()              # id(hd tensor) of the graph's inputs (made by tensor())
@@ -78,11 +79,15 @@ class pygraph(OpMethods, MoeMethods, PlanMethods, BindingMethods):
     @_translate
     def tensor(self, dim=None, stride=None, data_type=None, is_virtual=False, is_pass_by_value=False,
                ragged_offset=None, reordering_type=None, name="", uid=-1, **kwargs):
-        if reordering_type not in (None, E.tensor_reordering.NONE):
+        reorder = reordering_type not in (None, E.tensor_reordering.NONE)
+        if reorder and reordering_type != E.tensor_reordering.F8_128x4:
             _unsupported(f"tensor '{name}': reordering_type {reordering_type} is not supported")
         if dim is None:
             raise HipdnnError(Status.BAD_PARAM, f"tensor '{name}': dim is required")
         dims = _list(dim, f"tensor '{name}': dim")
+        if reorder and (len(dims) < 2 or is_pass_by_value or is_virtual):
+            raise HipdnnError(Status.BAD_PARAM, f"tensor '{name}': reordering_type F8_128x4 needs a graph input or "
+                                                f"output of rank >= 2 (block-scale factors), got dims {dims}")
         strides = _list(stride, f"tensor '{name}': stride")
         dtype = E.to_hd_type(data_type, f"tensor '{name}': data_type")
         name = name or None
@@ -99,6 +104,8 @@ class pygraph(OpMethods, MoeMethods, PlanMethods, BindingMethods):
                               stride=strides, data_type=dtype, is_virtual=is_virtual)
         self._inputs.add(id(hdt))
         t = self._wrap(hdt)
+        if reorder:
+            t._reorder = "F8_128x4"
         if ragged_offset is not None:
             t.set_ragged_offset(ragged_offset)
         return t
@@ -164,11 +171,12 @@ class pygraph(OpMethods, MoeMethods, PlanMethods, BindingMethods):
         if key is not None and last is not None and last[0] == key:
             values, pack = {}, last[1]
             self._copy_back = []
+            self._scatter_back = []
         else:
             values, pack = self._pack(variant_pack, h.hd, by_address=not (self._override or self._restored_override()))
             own = {id(v) for v in variant_pack.values()}
             self._last_pack = (key, pack, variant_pack.copy()) if key is not None and not values and \
-                not self._copy_back and all(id(v) in own for v in pack.values()) else None
+                not self._copy_back and not self._scatter_back and all(id(v) in own for v in pack.values()) else None
         if not self._restored:
             self._ensure_plans(values)
         if h.stream is not None:
@@ -184,6 +192,8 @@ class pygraph(OpMethods, MoeMethods, PlanMethods, BindingMethods):
                 theirs.copy_(own)
             else:
                 np.copyto(theirs, own)
+        for plain, blocked, pos in self._scatter_back:     # F8_128x4 outputs (_binding.py)
+            blocked[pos] = plain.reshape(-1)
 
     # -- serialization -----------------------------------------------------------------------------------
     @_translate

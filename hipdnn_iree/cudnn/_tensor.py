@@ -27,6 +27,7 @@ class tensor:
         return self._t
 
     _uid = None
+    _reorder = None     # "F8_128x4": the caller's buffer holds the tensor in cuDNN's 128x4 tiles
 
     # -- setters ---------------------------------------------------------------------------
     def set_output(self, is_output=True):
@@ -75,6 +76,24 @@ class tensor:
         self._g._defer(f"tensor '{self.get_name()}': ragged_offset (packed variable-length sequences) is not "
                        "supported by this engine", at_validate=True)
         return self
+
+    def set_reordering_type(self, reordering_type):
+        """``tensor_reordering.F8_128x4``: the buffer bound to this tensor holds it in cuDNN's 128x4
+        tiles of block-scale factors (hipdnn_iree/plugin_sdk/scale_layout.py); NONE: plain."""
+        if reordering_type in (None, E.tensor_reordering.NONE):
+            self._reorder = None
+        elif reordering_type == E.tensor_reordering.F8_128x4:
+            if self._pbv or len(self.get_dim() or []) < 2:
+                raise HipdnnError(Status.BAD_PARAM, f"tensor '{self.get_name()}': reordering_type F8_128x4 needs "
+                                                    "a tensor of rank >= 2 that is not pass-by-value")
+            self._reorder = "F8_128x4"
+        else:
+            raise HipdnnError(Status.NOT_SUPPORTED, f"tensor '{self.get_name()}': reordering_type {reordering_type} "
+                                                    "is not supported")
+        return self
+
+    def get_reordering_type(self):
+        return E.tensor_reordering.F8_128x4 if self._reorder else E.tensor_reordering.NONE
 
     def get_ragged_offset(self):
         return None

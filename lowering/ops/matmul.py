@@ -115,7 +115,17 @@ def _f16_operands(ctx: LowerContext, *pairs) -> list[Value]:
     if not any(k in _F16_EXACT for k in kinds) or \
             not all(k in _F16_EXACT or v.elem == "f16" for (_, v), k in zip(pairs, kinds)):
         return [v for _, v in pairs]
-    return [ctx.em.convert(v, "f16") for _, v in pairs]
+    return [decoded_apart(ctx, ctx.em.convert(v, "f16")) for _, v in pairs]
+
+
+def decoded_apart(ctx: LowerContext, v: Value) -> Value:
+    """A decoded FP8/FP4 operand behind a compute barrier: the decode becomes a dispatch of its own
+    (f16 codes' values written once) and the contraction one of plain f16 operands.
+
+    NOTE: without it IREE 3.13 fuses the decode into the contraction's dispatch (one dispatch),
+    which the CUDA codegen then does not run on its f16 mma path: benchmarks/gpu_quant.py measures
+    both forms (docs/cudnn_side_by_side.md, fp8 matmul)."""
+    return propagation_barrier(ctx.em, v)
 
 
 @register_lowering(OpKind.MATMUL)
