@@ -13,6 +13,8 @@ Checks (each a row of the JSON, PASS/FAIL):
     of the decoded values; a dequantize+matmul of MXFP8 and NVFP4 weights against float64
   - a custom op (registered MLIR) built for the GPU, the plan saved, restored and run in a subprocess
     that registered nothing
+  - cuDNN FE's NVFP4 matmul on the facade (hipdnn_iree.cudnn): float4_e2m1fn_x2 operands, E4M3 scales
+    in F8_128x4 tiles
 Timing (``--bench``): ours (an E4M3 x E4M3 -> bf16 plan; also the variant with the decode fused
 into the contraction's dispatch, and the same matmul from f16 operands) against torch._scaled_mm
 (E4M3, unit scales, bf16 out) and torch.matmul in bf16, interleaved round by round (a round: 10 calls then one
@@ -281,6 +283,47 @@ def _build_fused(g, h):
         mm.decoded_apart = keep
 
 
+def check_facade_nvfp4(device, target, side, rng):
+    """cuDNN FE's NVFP4 matmul as its own examples write it, on the facade: FP4 operands as
+    float4_e2m1fn_x2 tensors, E4M3 scales in reordering_type=F8_128x4 tiles (rows padded)."""
+    import hipdnn_iree.cudnn as cudnn
+    from hipdnn_iree.plugin_sdk.scale_layout import to_f8_128x4
+    m, n, k, bs = 200, 136, 256, 16
+    sk = k // bs
+    handle = cudnn.create_handle(device=device, target=target) if side.gpu else cudnn.create_handle(device="cpu")
+    rk = dict(reordering_type=cudnn.tensor_reordering.F8_128x4)
+    fp4, e4m3 = cudnn.data_type.FP4_E2M1, cudnn.data_type.FP8_E4M3
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.HALF, intermediate_data_type=cudnn.data_type.FLOAT,
+                      compute_data_type=cudnn.data_type.FLOAT, handle=handle)
+    A = g.tensor(name="A", dim=[1, m, k], stride=[m * k, k, 1], data_type=fp4)
+    SA = g.tensor(name="SA", dim=[1, m, sk], stride=[m * sk, sk, 1], data_type=e4m3, **rk)
+    B = g.tensor(name="B", dim=[1, k, n], stride=[k * n, 1, k], data_type=fp4)
+    SB = g.tensor(name="SB", dim=[1, sk, n], stride=[sk * n, 1, sk], data_type=e4m3, **rk)
+    C = g.matmul(g.block_scale_dequantize(A, SA, block_size=[1, bs]), g.block_scale_dequantize(B, SB, block_size=[bs, 1]))
+    C.set_output(True).set_data_type(cudnn.data_type.FLOAT)
+    g.build([cudnn.heur_mode.A])
+    ac, bc = rng.integers(0, 16, (m, k)).astype(np.uint8), rng.integers(0, 16, (n, k)).astype(np.uint8)
+    sa = rng.uniform(0.05, 4, (m, sk)).astype(ml_dtypes.float8_e4m3fn)
+    sb = rng.uniform(0.05, 4, (n, sk)).astype(ml_dtypes.float8_e4m3fn)
+    if side.gpu:
+        t = side.torch
+        fp4_dev = lambda c: t.from_numpy(_packed(c)[None].copy()).cuda().view(t.float4_e2m1fn_x2)
+        tiles = lambda s: t.from_numpy(to_f8_128x4(s).view(np.uint8)).cuda().view(t.float8_e4m3fn)
+        out = t.full((1, m, n), float("nan"), device="cuda")
+        ws = t.zeros(max(g.get_workspace_size(), 1), dtype=t.uint8, device="cuda")
+    else:
+        fp4_dev = lambda c: _packed(c)[None].copy()
+        tiles = to_f8_128x4
+        out = np.full((1, m, n), np.nan, np.float32)
+        ws = np.zeros(max(g.get_workspace_size(), 1), np.uint8)
+    g.execute({A: fp4_dev(ac), SA: tiles(sa), B: fp4_dev(bc), SB: tiles(sb), C: out}, ws)
+    got = side.get(out)[0]
+    f = lambda c, s: c.view(ml_dtypes.float4_e2m1fn).astype(np.float64) * s.astype(np.float64).repeat(bs, 1)
+    ref = f(ac, sa) @ f(bc, sb).T
+    err = float(np.abs(got - ref).max() / np.abs(ref).max())
+    record("facade_nvfp4_matmul_f8_128x4_scales", err <= 1e-5, mnk=[m, n, k], max_rel_err=f"{err:.2e}")
+
+
 def bench(h, side, shapes, rounds=30, burst=10):
     torch = side.torch
     rows = []
@@ -376,7 +419,8 @@ def main(argv=None) -> int:
     rows, cols = (16, 256) if a.small else (256, 2048)
     m, k, n = (32, 128, 48) if a.small else (512, 1024, 768)
     for step in (lambda: check_quantize(h, side, rows, cols, rng), lambda: check_matmuls(h, side, m, k, n, rng),
-                 lambda: check_custom_op(h, side, a.device, rng)):
+                 lambda: check_custom_op(h, side, a.device, rng),
+                 lambda: check_facade_nvfp4(a.device, a.target, side, rng)):
         try:
             step()
         except Exception as e:  # a failing step is a row, the others still run

@@ -626,6 +626,13 @@ def test_f8_128x4_scales_through_the_facade(handle):
     wb = f(b_codes) * sb.astype(np.float64).repeat(bs, 1)
     ref = wa @ wb.T
     assert np.abs(c[0] - ref).max() <= 1e-5 * np.abs(ref).max()
+    # the same with torch tensors (the tiles as float8_e4m3fn, FP4 as float4_e2m1fn_x2)
+    tc = torch.full((1, m, n), float("nan"))
+    tp = lambda codes: torch.from_numpy(pack(codes)).view(torch.float4_e2m1fn_x2)
+    tt = lambda tiles: torch.from_numpy(tiles.view(np.uint8)).view(torch.float8_e4m3fn)
+    g.execute({A: tp(a_codes), SA: tt(tiles_a), B: tp(b_codes), SB: tt(tiles_b), C: tc},
+              torch.zeros(max(g.get_workspace_size(), 1), dtype=torch.uint8))
+    assert np.array_equal(tc.numpy(), c)
     # a quantize whose scale output is written in the tiles (padding bytes left as they were)
     q = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT, handle=handle)
     X = q.tensor(name="X", dim=[m, k], stride=[k, 1], data_type=cudnn.data_type.FLOAT)

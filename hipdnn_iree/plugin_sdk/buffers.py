@@ -184,19 +184,24 @@ def _as_array(uid: int, t: BoundTensor, buf) -> np.ndarray:
 def _host_from_dlpack(obj) -> np.ndarray:
     """A numpy array over a host DLPack tensor's memory (no copy).
 
-    numpy's DLPack import has no bfloat16; such tensors (torch's) are read as int16 over the same
-    memory and viewed as ``ml_dtypes.bfloat16``.
+    numpy's DLPack import has no bfloat16 and no 8/4-bit floats; such torch tensors are read as
+    int16 / uint8 over the same memory and viewed as the ml_dtypes type (float4_e2m1fn_x2: the
+    packed bytes, uint8).
     """
     try:
         return np.from_dlpack(obj)
     except Exception:
-        if _dtype_name(obj) != "bfloat16" or _ml_dtypes() is None:
+        name = _dtype_name(obj)
+        if not (name == "bfloat16" or name.startswith(("float8_", "float4_"))) or _ml_dtypes() is None:
             raise
         import sys
         torch = sys.modules.get("torch")
         if torch is None or not isinstance(obj, torch.Tensor):
             raise
-        return np.from_dlpack(obj.view(torch.int16)).view(_ml_dtypes().bfloat16)
+        if name == "bfloat16":
+            return np.from_dlpack(obj.view(torch.int16)).view(_ml_dtypes().bfloat16)
+        raw = np.from_dlpack(obj.view(torch.uint8))     # float8 codes; float4_e2m1fn_x2: packed bytes
+        return raw if name == "float4_e2m1fn_x2" else raw.view(getattr(_ml_dtypes(), name))
 
 
 def _shape_error(what: str, shape, t: BoundTensor, lay: Layout) -> HipdnnError:
