@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (no IREE compiler, no network): install the carried runtime wheels,
 # then the correctness matrix and the benchmark over plans compiled on the build machine.
-# Usage: bash benchmarks/gpu_run.sh [cases|bench|tests|autotune|fe|newtests|ab|train|sbs|all]   (results go to $OUT or ./gpu_results)
+# Usage: bash benchmarks/gpu_run.sh [cases|bench|tests|autotune|fe|newtests|ab|train|sbs|quant|all]   (results go to $OUT or ./gpu_results)
 # tests/autotune need the IREE compiler there too: .gpu/iree_compiler.tar.xz (iree-base-compiler's
 # wheel unpacked, libIREECompiler.so stripped), unpacked beside the runtime; .whl also carries the
 # pure-Python test tools (pytest, pluggy, iniconfig, packaging, flatbuffers) and ml_dtypes.
@@ -71,6 +71,16 @@ if [ "$what" = sbs ]; then
     python3 benchmarks/cudnn_side_by_side.py run --plans .gpu_side_by_side \
         ${SBS_CASES:+--cases $SBS_CASES} --json "$OUT/side_by_side.json" --md "$OUT/side_by_side.md" > "$OUT/side_by_side.txt" 2>&1
     echo "side_by_side rc=$?"; cat "$OUT/side_by_side.md"
+fi
+if [ "$what" = quant ]; then
+    # issue 30 (block scale, FP8/FP4, fp8 matmul vs torch._scaled_mm, custom op, facade NVFP4), built
+    # here (needs .gpu/iree_compiler.tar.xz), then the MoE cases compiled here and restored
+    python3 benchmarks/gpu_quant.py --device cuda --target cuda:sm_80 --bench --json "$OUT/quant.json" > "$OUT/quant.txt" 2>&1
+    echo "quant rc=$?"; grep -E "^\| |checks passed" "$OUT/quant.txt" | cut -c1-600
+    python3 benchmarks/gpu_training.py compile --target cuda:sm_80 --out /tmp/moe_plans --only moe_grouped_matmul_none \
+        moe_grouped_matmul_gather moe_grouped_matmul_scatter moe_grouped_matmul_backward > "$OUT/moe_compile.txt" 2>&1
+    python3 benchmarks/gpu_training.py run --plans /tmp/moe_plans --device cuda --json "$OUT/moe.json" > "$OUT/moe.txt" 2>&1
+    echo "moe rc=$?"; grep -E "^\| " "$OUT/moe.txt"
 fi
 if [ "$what" = ab ]; then
     # an older checkout's lowering/ and hipdnn_iree/ in .old_tree (git archive), against this one
