@@ -236,16 +236,24 @@ def test_reference_engine_agrees(cpu, rng, ydt, sdt, block):
 
 
 def test_gpu_targets_compile():
+    # MXFP8 quantize, and NVFP4 quantize + dequantize (FP4 packed two per byte), for every GPU target
     import iree.compiler as ic
     g = hd.Graph(io_data_type=DT.HALF)
     x = g.tensor(name="x", uid=1, dim=[4, 64])
     y, s = g.block_scale_quantize(x, 32)
     y.set_output(True).set_uid(2)
     s.set_output(True).set_uid(3)
+    f = hd.Graph(io_data_type=DT.HALF)
+    y4, s4 = f.block_scale_quantize(f.tensor(name="x", uid=1, dim=[4, 64]), 16, y_data_type=DT.FP4_E2M1)
+    y4.set_output(True).set_uid(2)
+    s4.set_output(True).set_uid(3)
+    f.block_scale_dequantize(y4, s4, 16).set_output(True).set_uid(4)
+    assert "%arg1: tensor<4x32xi8>" in f.get_mlir(target="rocm:gfx942")
     for target, flags in (("cuda:sm_80", ["--iree-cuda-target=sm_80"]), ("rocm:gfx942", ["--iree-rocm-target=gfx942"]),
                           ("rocm:gfx950", ["--iree-rocm-target=gfx950"])):
-        text = g.get_mlir(target=target)
-        assert len(ic.compile_str(text, target_backends=[target.split(":")[0]], extra_args=flags)) > 1000
+        for graph in (g, f):
+            text = graph.get_mlir(target=target)
+            assert len(ic.compile_str(text, target_backends=[target.split(":")[0]], extra_args=flags)) > 1000
 
 
 @pytest.mark.parametrize("kw, status, match", [
