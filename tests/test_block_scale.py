@@ -427,3 +427,24 @@ def test_fp8_matmul_contracts_as_f16_on_gpu_targets():
     x = h.tensor(name="a", uid=1, dim=[1, 32, 64], data_type=DT.FP8_E4M3)
     h.matmul(x, h.tensor(name="b", uid=2, dim=[1, 64, 16])).set_output(True).set_uid(3)
     assert "xf16>" not in h.get_mlir(target="cuda:sm_80")
+
+
+def test_fp8_conv_f32_accumulation(cpu, rng):
+    # conv_fprop with E4M3 activations (NHWC) and E5M2 weights, f32 accumulation, FLOAT output,
+    # against a float64 loop over the decoded values
+    n, c, k, hw, r = 2, 8, 6, 7, 3
+    g = hd.Graph(io_data_type=DT.FLOAT, compute_data_type=DT.FLOAT)
+    x = g.tensor(name="x", uid=1, dim=[n, c, hw, hw], stride=[hw * hw * c, 1, hw * c, c], data_type=DT.FP8_E4M3)
+    w = g.tensor(name="w", uid=2, dim=[k, c, r, r], data_type=DT.FP8_E5M2)
+    g.conv_fprop(x, w, padding=[1, 1]).set_output(True).set_uid(3).set_stride([k * hw * hw, hw * hw, hw, 1])
+    g.build(cpu)
+    xv = (rng.standard_normal((n, hw, hw, c)) * 8).astype(ml_dtypes.float8_e4m3fn)     # NHWC memory
+    wv = rng.standard_normal((k, c, r, r)).astype(ml_dtypes.float8_e5m2)
+    out = np.full((n, k, hw, hw), np.nan, np.float32)
+    g.execute(cpu, {1: xv, 2: wv, 3: out})
+    xp = np.pad(xv.astype(np.float64).transpose(0, 3, 1, 2), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    ref = np.zeros((n, k, hw, hw))
+    for i in range(r):
+        for j in range(r):
+            ref += np.einsum("nchw,kc->nkhw", xp[:, :, i:i + hw, j:j + hw], wv.astype(np.float64)[:, :, i, j])
+    assert np.abs(out - ref).max() <= 1e-5 * np.abs(ref).max()
