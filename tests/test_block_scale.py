@@ -448,3 +448,22 @@ def test_fp8_conv_f32_accumulation(cpu, rng):
         for j in range(r):
             ref += np.einsum("nchw,kc->nkhw", xp[:, :, i:i + hw, j:j + hw], wv.astype(np.float64)[:, :, i, j])
     assert np.abs(out - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+def test_self_check_reads_torch_float8_and_packed_fp4_buffers(rng):
+    # the self-check copies outputs to the host: torch float8 and float4_e2m1fn_x2 tensors (which
+    # numpy cannot import) are read as their codes, and the check agrees with the reference
+    torch = pytest.importorskip("torch")
+    h = hd.create_handle(self_check=True)
+    g = hd.Graph(io_data_type=DT.FLOAT)
+    y, s = g.block_scale_quantize(g.tensor(name="x", uid=1, dim=[4, 64]), 16, y_data_type=DT.FP4_E2M1)
+    y.set_output(True).set_uid(2)
+    s.set_output(True).set_uid(3)
+    g.build(h)
+    xv = rng.standard_normal((4, 64)).astype(np.float32) * 3
+    yb = torch.zeros(4, 32, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+    sb = torch.zeros(4, 4, dtype=torch.float8_e4m3fn)
+    g.execute(h, {1: torch.from_numpy(xv), 2: yb, 3: sb})
+    ry, rs = quantize_ref(xv, 16, DT.FP4_E2M1, DT.FP8_E4M3)
+    assert _same_bits(sb.view(torch.uint8).numpy(), rs)
+    assert np.array_equal(yb.view(torch.uint8).numpy(), hd.pack_fp4(ry))

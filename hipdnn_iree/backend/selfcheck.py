@@ -49,9 +49,15 @@ def to_host(obj) -> np.ndarray:
     try:
         if mod == "torch":
             t = obj.detach()
-            if str(t.dtype) == "torch.bfloat16":
+            name = str(t.dtype).rsplit(".", 1)[-1]
+            if name == "bfloat16":
                 import ml_dtypes
                 return t.float().cpu().numpy().astype(ml_dtypes.bfloat16)
+            if name.startswith(("float8_", "float4_")):      # numpy has no such dtypes: the codes
+                import ml_dtypes
+                import torch
+                raw = t.view(torch.uint8).cpu().numpy()
+                return raw if name == "float4_e2m1fn_x2" else raw.view(getattr(ml_dtypes, name))
             return t.cpu().numpy()
         if mod == "cupy":
             return obj.get()
