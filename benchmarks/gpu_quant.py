@@ -91,8 +91,8 @@ class Side:
         t = self.torch
         name = str(buf.dtype).rsplit(".", 1)[-1]
         if name.startswith(("float8_", "float4_")):
-            raw = buf.view(t.uint8).cpu().numpy()
-            return raw if name == "float4_e2m1fn_x2" else raw.view(getattr(ml_dtypes, name))
+            from hipdnn_iree.plugin_sdk.buffers import _host_from_dlpack
+            return _host_from_dlpack(buf.cpu())
         if name == "bfloat16":
             return buf.float().cpu().numpy()
         return buf.cpu().numpy()
@@ -290,18 +290,9 @@ def check_facade_nvfp4(device, target, side, rng):
     from hipdnn_iree.plugin_sdk.scale_layout import to_f8_128x4
     m, n, k, bs = 200, 136, 256, 16
     sk = k // bs
+    from test_cudnn_facade import nvfp4_matmul_graph      # the facade test's graph
     handle = cudnn.create_handle(device=device, target=target) if side.gpu else cudnn.create_handle(device="cpu")
-    rk = dict(reordering_type=cudnn.tensor_reordering.F8_128x4)
-    fp4, e4m3 = cudnn.data_type.FP4_E2M1, cudnn.data_type.FP8_E4M3
-    g = cudnn.pygraph(io_data_type=cudnn.data_type.HALF, intermediate_data_type=cudnn.data_type.FLOAT,
-                      compute_data_type=cudnn.data_type.FLOAT, handle=handle)
-    A = g.tensor(name="A", dim=[1, m, k], stride=[m * k, k, 1], data_type=fp4)
-    SA = g.tensor(name="SA", dim=[1, m, sk], stride=[m * sk, sk, 1], data_type=e4m3, **rk)
-    B = g.tensor(name="B", dim=[1, k, n], stride=[k * n, 1, k], data_type=fp4)
-    SB = g.tensor(name="SB", dim=[1, sk, n], stride=[sk * n, 1, sk], data_type=e4m3, **rk)
-    C = g.matmul(g.block_scale_dequantize(A, SA, block_size=[1, bs]), g.block_scale_dequantize(B, SB, block_size=[bs, 1]))
-    C.set_output(True).set_data_type(cudnn.data_type.FLOAT)
-    g.build([cudnn.heur_mode.A])
+    g, (A, SA, B, SB, C) = nvfp4_matmul_graph(cudnn, handle, m, n, k, bs)
     ac, bc = rng.integers(0, 16, (m, k)).astype(np.uint8), rng.integers(0, 16, (n, k)).astype(np.uint8)
     sa = rng.uniform(0.05, 4, (m, sk)).astype(ml_dtypes.float8_e4m3fn)
     sb = rng.uniform(0.05, 4, (n, sk)).astype(ml_dtypes.float8_e4m3fn)

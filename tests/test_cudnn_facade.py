@@ -592,12 +592,10 @@ def _tiles_128x4(s):
     return np.ascontiguousarray(t.reshape(-1, 4, 32, 4).transpose(0, 2, 1, 3)).reshape(-1)
 
 
-def test_f8_128x4_scales_through_the_facade(handle):
-    # an NVFP4 matmul as cuDNN FE writes it: FP4 A [1, M, K] and B [1, K, N] (K innermost for both,
-    # two codes per byte), E4M3 scales declared reordering_type=F8_128x4; M and N not multiples of 128
-    import ml_dtypes
-    rng = np.random.default_rng(11)
-    m, n, k, bs = 200, 136, 128, 16
+def nvfp4_matmul_graph(cudnn, handle, m, n, k, bs):
+    """An NVFP4 matmul as cuDNN FE's examples write it, built: FP4 A [1, M, K] and B [1, K, N] (K
+    innermost for both, two codes per byte), E4M3 scales declared reordering_type=F8_128x4, FLOAT
+    out. Returns (graph, (A, SA, B, SB, C)); benchmarks/gpu_quant.py runs it on a GPU too."""
     sk = k // bs
     fp4, e4m3 = cudnn.data_type.FP4_E2M1, cudnn.data_type.FP8_E4M3
     rk = dict(reordering_type=cudnn.tensor_reordering.F8_128x4)
@@ -607,10 +605,22 @@ def test_f8_128x4_scales_through_the_facade(handle):
     SA = g.tensor(name="SA", dim=[1, m, sk], stride=[m * sk, sk, 1], data_type=e4m3, **rk)
     B = g.tensor(name="B", dim=[1, k, n], stride=[k * n, 1, k], data_type=fp4)
     SB = g.tensor(name="SB", dim=[1, sk, n], stride=[sk * n, 1, sk], data_type=e4m3, **rk)
-    assert SA.get_reordering_type() == cudnn.tensor_reordering.F8_128x4
     C = g.matmul(g.block_scale_dequantize(A, SA, block_size=[1, bs]), g.block_scale_dequantize(B, SB, block_size=[bs, 1]))
     C.set_output(True).set_data_type(cudnn.data_type.FLOAT)
     g.build([cudnn.heur_mode.A])
+    return g, (A, SA, B, SB, C)
+
+
+def test_f8_128x4_scales_through_the_facade(handle):
+    # an NVFP4 matmul as cuDNN FE writes it: FP4 A [1, M, K] and B [1, K, N] (K innermost for both,
+    # two codes per byte), E4M3 scales declared reordering_type=F8_128x4; M and N not multiples of 128
+    import ml_dtypes
+    rng = np.random.default_rng(11)
+    m, n, k, bs = 200, 136, 128, 16
+    sk = k // bs
+    fp4, e4m3 = cudnn.data_type.FP4_E2M1, cudnn.data_type.FP8_E4M3
+    g, (A, SA, B, SB, C) = nvfp4_matmul_graph(cudnn, handle, m, n, k, bs)
+    assert SA.get_reordering_type() == cudnn.tensor_reordering.F8_128x4
     a_codes = rng.integers(0, 16, (m, k)).astype(np.uint8)
     b_codes = rng.integers(0, 16, (n, k)).astype(np.uint8)                 # B's memory order [n, k]
     sa = rng.uniform(0.05, 4, (m, sk)).astype(ml_dtypes.float8_e4m3fn)

@@ -54,10 +54,8 @@ def to_host(obj) -> np.ndarray:
                 import ml_dtypes
                 return t.float().cpu().numpy().astype(ml_dtypes.bfloat16)
             if name.startswith(("float8_", "float4_")):      # numpy has no such dtypes: the codes
-                import ml_dtypes
-                import torch
-                raw = t.view(torch.uint8).cpu().numpy()
-                return raw if name == "float4_e2m1fn_x2" else raw.view(getattr(ml_dtypes, name))
+                from hipdnn_iree.plugin_sdk.buffers import _host_from_dlpack
+                return _host_from_dlpack(t.cpu())
             return t.cpu().numpy()
         if mod == "cupy":
             return obj.get()

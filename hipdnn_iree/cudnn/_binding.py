@@ -11,6 +11,8 @@ from hipdnn_iree.cudnn import _enums as E
 from hipdnn_iree.frontend.tensor import TensorAttributes
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.cudnn._tensor import tensor
+from hipdnn_iree.plugin_sdk.buffers import PACKED_BUFFER_DTYPES
+from graph_ir.dtypes import CODES_PER_BYTE
 
 class BindingMethods:
     """How ``pygraph.execute`` binds the caller's buffers."""
@@ -63,7 +65,7 @@ class BindingMethods:
         its memory order before the run and an output written to one and scattered after it (a
         copy each way, on the buffer's device)."""
         from graph_ir.layout import physical_layout
-        from hipdnn_iree.plugin_sdk.scale_layout import f8_128x4_bytes, f8_128x4_positions
+        from hipdnn_iree.plugin_sdk.scale_layout import f8_128x4_bytes, f8_128x4_index
         hdt = t._t
         what = f"tensor '{hdt.get_name()}' (uid {hdt.get_uid()}, reordering F8_128x4)"
         lay = physical_layout(tuple(hdt.get_dim()), tuple(hdt.get_stride()), what)
@@ -73,9 +75,7 @@ class BindingMethods:
         rows, cols = phys[-2], phys[-1]
         batch = math.prod(phys[:-2])
         need = batch * f8_128x4_bytes(rows, cols)
-        pos = np.arange(batch, dtype=np.int64)[:, None, None] * f8_128x4_bytes(rows, cols) + \
-            f8_128x4_positions(rows, cols)[None]
-        pos = pos.reshape(-1)
+        pos = f8_128x4_index(batch, rows, cols)
         from hipdnn_iree.plugin_sdk.buffers import numpy_dtype
         want = numpy_dtype(int(hdt.get_data_type()))
         is_out = id(hdt) not in self._inputs
@@ -87,7 +87,11 @@ class BindingMethods:
             if flat.numel() < need:
                 raise HipdnnError(Status.BAD_PARAM, f"{what}: buffer has {flat.numel()} bytes, the 128x4 tiles of "
                                                     f"[{rows}, {cols}] x {batch} take {need}")
-            idx = torch.from_numpy(pos).to(flat.device)
+            # NOTE: the index moves to the buffer's device once per shape, not per execute
+            key = (batch, rows, cols, str(flat.device))
+            idx = self._tile_index.get(key)
+            if idx is None:
+                idx = self._tile_index[key] = torch.tensor(pos, device=flat.device)
             dt = getattr(torch, want.name)
             if is_out:
                 plain = torch.empty(phys, dtype=torch.uint8, device=flat.device)
@@ -234,8 +238,7 @@ def _as_buffer(hdt: TensorAttributes, buf, hd_handle):
     have = getattr(buf, "dtype", None)
     if have is None:
         return buf
-    from graph_ir.dtypes import CODES_PER_BYTE
-    if int(hdt.get_data_type()) in CODES_PER_BYTE and str(have).rsplit(".", 1)[-1] in ("uint8", "int8", "float4_e2m1fn_x2"):
+    if int(hdt.get_data_type()) in CODES_PER_BYTE and str(have).rsplit(".", 1)[-1] in PACKED_BUFFER_DTYPES:
         return buf   # NOTE: FP4's packed bytes (two codes each), bound as they are
     if hasattr(buf, "element_size") and callable(buf.element_size):      # torch
         name = str(have).rsplit(".", 1)[-1]
@@ -275,7 +278,6 @@ def _by_address(hdt: TensorAttributes, buf):
     """``buf`` seen with the tensor's declared dims and strides from its first element, as cuDNN
     binds a device pointer: any torch/numpy buffer whose memory covers the declared span."""
     dims, strides = hdt._dim, hdt._stride
-    from graph_ir.dtypes import CODES_PER_BYTE
     if dims is None or strides is None or int(hdt.get_data_type()) in CODES_PER_BYTE:
         return buf      # NOTE: FP4's packed bytes: the engine checks their (memory-order) shape itself
     shape = getattr(buf, "shape", None)

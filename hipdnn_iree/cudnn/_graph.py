@@ -59,6 +59,7 @@ class pygraph(OpMethods, MoeMethods, PlanMethods, BindingMethods):
         self._last_pack = None
         self._copy_back = []
         self._scatter_back = []
+        self._tile_index = {}             # F8_128x4 gather/scatter indices on a device (_binding.py)
         self._aliases = []                # (hd tensor, facade tensor): bound to the facade tensor's buffer
         self._deselected = set()          # engine ids left out (deselect_engines)
         self._inputs = set()              # id(hd tensor) of the graph's inputs (made by tensor())

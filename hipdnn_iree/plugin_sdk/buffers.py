@@ -105,11 +105,13 @@ class BoundTensor:
 
 
 _BYTE_DTYPES = ("uint8", "int8")
+# dtype names (numpy's, torch's) of buffers that hold a packed tensor's bytes
+PACKED_BUFFER_DTYPES = (*_BYTE_DTYPES, "float4_e2m1fn_x2")
 
 
 def _is_bytes(t: BoundTensor, arr) -> bool:
     """``arr`` holds a packed tensor's bytes (not one code per element)."""
-    return t.packed and str(getattr(arr, "dtype", "")).rsplit(".", 1)[-1] in (*_BYTE_DTYPES, "float4_e2m1fn_x2")
+    return t.packed and _dtype_name(arr) in PACKED_BUFFER_DTYPES
 
 
 def pack_fp4(values) -> np.ndarray:
@@ -256,11 +258,11 @@ def dense_view(t: BoundTensor, arr: np.ndarray) -> np.ndarray:
     return view
 
 
-def _packed_form(t: BoundTensor) -> str:
+def _packed_form(t: BoundTensor, host: bool = True) -> str:
     n = CODES_PER_BYTE[t.data_type]
-    return (f"its buffer holds {n} codes per byte: a C-contiguous uint8 array of shape {list(t.byte_shape)} "
-            f"(memory order, innermost axis / {n}; hd.pack_fp4 makes one), or on the host an "
-            f"ml_dtypes.{t.dtype.name} array of dims {list(t.dims)}")
+    form = (f"its buffer holds {n} codes per byte: a C-contiguous uint8 array of shape {list(t.byte_shape)} "
+            f"(memory order, innermost axis / {n}; hd.pack_fp4 makes one)")
+    return form + (f", or on the host an ml_dtypes.{t.dtype.name} array of dims {list(t.dims)}" if host else "")
 
 
 def bind_variant_pack(tensors: list[BoundTensor], variant_pack) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
@@ -416,7 +418,7 @@ def bind_device_pack(tensors: list[BoundTensor], variant_pack, driver: str) -> d
         strides = _obj_strides(obj, shape)
         if t.packed:
             if not _is_bytes(t, obj) or shape != t.byte_shape or tuple(strides) != tuple(packed_strides(shape)):
-                raise HipdnnError(Status.BAD_PARAM, f"{what}: {_packed_form(t).split(', or on the host')[0]} (or "
+                raise HipdnnError(Status.BAD_PARAM, f"{what}: {_packed_form(t, host=False)} (or "
                                                     f"torch.float4_e2m1fn_x2); got {_dtype_name(obj)} of shape "
                                                     f"{list(shape)}, strides {list(strides)}")
             dense[t.uid] = _as_int8(obj)

@@ -44,6 +44,16 @@ def f8_128x4_positions(rows: int, cols: int) -> np.ndarray:
     return pos
 
 
+@functools.lru_cache(maxsize=64)
+def f8_128x4_index(batch: int, rows: int, cols: int) -> np.ndarray:
+    """Flat int64 ``[batch * rows * cols]``: the byte of each element of ``batch`` plain row-major
+    ``[rows, cols]`` matrices in their F8_128x4 bytes (one padded matrix after the other)."""
+    one = f8_128x4_bytes(rows, cols)
+    idx = (np.arange(batch, dtype=np.int64)[:, None, None] * one + f8_128x4_positions(rows, cols)[None]).reshape(-1)
+    idx.setflags(write=False)
+    return idx
+
+
 def _matrix_shape(a: np.ndarray, what: str):
     if a.ndim < 2 or a.dtype.itemsize != 1:
         raise HipdnnError(Status.BAD_PARAM, f"{what}: expected a [..., rows, cols] array of a 1-byte type (FP8 "
@@ -64,11 +74,10 @@ def to_f8_128x4(scales) -> np.ndarray:
     """
     a = np.ascontiguousarray(scales)
     lead, rows, cols = _matrix_shape(a, "to_f8_128x4")
-    n = f8_128x4_bytes(rows, cols)
     batch = int(np.prod(lead, dtype=np.int64))
-    out = np.zeros((batch, n), np.uint8)
-    out[:, f8_128x4_positions(rows, cols).reshape(-1)] = a.view(np.uint8).reshape(batch, rows * cols)
-    return out.reshape(-1).view(a.dtype)
+    out = np.zeros(batch * f8_128x4_bytes(rows, cols), np.uint8)
+    out[f8_128x4_index(batch, rows, cols)] = a.view(np.uint8).reshape(-1)
+    return out.view(a.dtype)
 
 
 def from_f8_128x4(blocked, rows: int, cols: int, lead: tuple = ()) -> np.ndarray:
@@ -81,5 +90,4 @@ def from_f8_128x4(blocked, rows: int, cols: int, lead: tuple = ()) -> np.ndarray
     if b.size < batch * n:
         raise HipdnnError(Status.BAD_PARAM, f"from_f8_128x4: {b.size} bytes, but {batch} matrix(es) of [{rows}, "
                                             f"{cols}] take {batch * n} in the F8_128x4 layout")
-    src = b[:batch * n].view(np.uint8).reshape(batch, n)
-    return src[:, f8_128x4_positions(rows, cols).reshape(-1)].reshape(*lead, rows, cols).view(b.dtype)
+    return b.view(np.uint8)[f8_128x4_index(batch, rows, cols)].reshape(*lead, rows, cols).view(b.dtype)
