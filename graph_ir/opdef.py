@@ -24,6 +24,7 @@ TRAITS = frozenset({
     "conv_fprop", "conv_dgrad", "conv_wgrad",
     "reduction",       # reduces axes to size 1 (reduction)
     "normalization",   # batchnorm, layernorm, rmsnorm
+    "dequantize",      # block-scale dequantization (the DEQUANT_MATMUL knob's concern)
     "attention",       # scaled dot-product attention
     "gather",          # a contraction reading an operand at indices computed from tensor values (moe)
 })

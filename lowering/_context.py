@@ -29,6 +29,11 @@ class LowerContext:
         self.target = policy.target
         self.values: dict[int, Value] = {}
         self.raw: dict[int, Value] = {}   # minifloat tensors: uid -> their i8 codes (define)
+        self.codes: dict = {}  # minifloat inputs: uid -> a function emitting their codes again (lowering/_lower.py)
+        # the node being lowered (its position in graph.nodes), and the dequantizations that may share a
+        # dispatch region with the matmul lowered next: y uid -> (first emitted line, node position)
+        self.node_index = -1
+        self.region_marks: dict[int, tuple[int, int]] = {}
         # Results IREE must not move a relayout transpose into (CUDA f16/bf16 matmuls): output
         # relayouts of values made from them sit behind a barrier (lowering/ops/matmul.py).
         self.mma_results: set[int] = set()

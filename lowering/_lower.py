@@ -17,6 +17,7 @@ from lowering._emit import ELEMENT_TYPES, Emitter, Value, element_type, storage_
 from graph_ir._fbs.graph_generated import DataType
 from lowering._registry import LOWERINGS
 from graph_ir.desc import GraphDesc, GraphError, decode_graph
+from graph_ir.dtypes import MINIFLOAT_FORMATS
 from lowering import _goldens, strided
 from graph_ir.layout import physical_layout
 from graph_ir.dtypes import CODES_PER_BYTE, packed_shape
@@ -100,22 +101,27 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
                             "data_type": _DTYPE_NAMES.get(t.data_type, str(t.data_type)),
                             "dims": list(t.dims), "strides": list(t.strides)})
         if role == "input":
-            v = Value(arg, arg_shape, elem)
-            if arg_shape != lay.phys_shape:
-                v = unpack_codes(em, v)
-            if not lay.is_dense:
-                v = strided.read(em, v, lay)
-            kept = [a for a in range(len(t.dims)) if a not in lay.bcast_axes]
-            # memory order -> logical order of the kept axes
-            v = em.transpose(v, [lay.order.index(a) for a in kept])
-            v = em.broadcast(v, ctx.dims(t.uid), lay.bcast_axes)
-            ctx.values[t.uid] = ctx.decode_input(t.uid, v)
+            def read(t=t, lay=lay, arg=arg, arg_shape=arg_shape, elem=elem) -> Value:
+                """The argument's elements in logical order (codes for minifloat types)."""
+                v = Value(arg, arg_shape, elem)
+                if arg_shape != lay.phys_shape:
+                    v = unpack_codes(em, v)
+                if not lay.is_dense:
+                    v = strided.read(em, v, lay)
+                kept = [a for a in range(len(t.dims)) if a not in lay.bcast_axes]
+                # memory order -> logical order of the kept axes
+                v = em.transpose(v, [lay.order.index(a) for a in kept])
+                return em.broadcast(v, ctx.dims(t.uid), lay.bcast_axes)
+            if t.data_type in MINIFLOAT_FORMATS:
+                ctx.codes[t.uid] = read   # read again where a dispatch region needs them (block_scale.py)
+            ctx.values[t.uid] = ctx.decode_input(t.uid, read())
     if not outputs:
         raise GraphError(f"graph '{graph.name}' has no output tensor: mark one with set_output(True)")
-    for node in graph.nodes:
+    for i, node in enumerate(graph.nodes):
         fn = LOWERINGS.get(node.kind)
         if fn is None:
             raise GraphError(f"node '{node.name}': op kind {node.kind.name} has no lowering", "unsupported")
+        ctx.node_index = i
         fn(ctx, node)
     results = []
     for t, lay, run in outputs:

@@ -212,6 +212,70 @@ def test_dequantize_matmul_through_a_plan(cpu, rng, tmp_path):
     assert g.get_execution_plan().context.dispatch_count == p.get_execution_plan().context.dispatch_count
 
 
+def _deq_matmul(m, k, n, block, ydt, sdt, io=DT.FLOAT):
+    """a [1, m, k] @ dequantize(wq [1, k, n], ws [1, k / block, n]); uids a 1, wq 2, ws 3, out 4."""
+    g = hd.Graph(io_data_type=io, compute_data_type=DT.FLOAT)
+    a = g.tensor(name="a", uid=1, dim=[1, m, k])
+    wq = g.tensor(name="wq", uid=2, dim=[1, k, n], data_type=ydt)
+    ws = g.tensor(name="ws", uid=3, dim=[1, k // block, n], data_type=sdt)
+    g.matmul(a, g.block_scale_dequantize(wq, ws, [1, block, 1])).set_output(True).set_uid(4)
+    return g
+
+
+def _build_with(g, h, knobs):
+    g.validate()
+    g.build_operation_graph(h)
+    g.create_execution_plan("IREE_LINALG", knobs)
+    g.check_support()
+    g.build_plans()
+    assert g.get_engine_config_at_index(g.get_selected_plan_index()).knobs == knobs
+    return g.get_execution_plan().context.dispatch_count
+
+
+@pytest.mark.parametrize("ydt, sdt, block", [RECIPES[0], RECIPES[2]], ids=["MXFP8", "NVFP4"])
+def test_dequantize_matmul_one_dispatch(cpu, rng, tmp_path, ydt, sdt, block):
+    # knob DEQUANT_MATMUL=ONE_DISPATCH: the dequantization (FP4 bytes unpacked too) and the matmul in one
+    # dispatch, the same numbers as IREE's own dispatches (SPLIT) and a float64 reference; the plan
+    # restored in this process keeps its one dispatch
+    m, k, n = 24, 4 * block, 40
+    av = rng.standard_normal((1, m, k)).astype(np.float32)
+    wv = np.clip(rng.standard_normal((1, k, n)) * VMAX[ydt] / 3, -VMAX[ydt], VMAX[ydt]).astype(NP[ydt])
+    sv = (np.exp2(rng.integers(-4, 4, (1, k // block, n)).astype(np.float64)) *
+          (rng.random((1, k // block, n)) + 0.5 if sdt == DT.FP8_E4M3 else 1.0)).astype(NP[sdt])
+    ref = av.astype(np.float64) @ (wv.astype(np.float64) * sv.astype(np.float64).repeat(block, 1))
+    counts, outs = {}, {}
+    for form in ("SPLIT", "ONE_DISPATCH"):
+        g = _deq_matmul(m, k, n, block, ydt, sdt)
+        counts[form] = _build_with(g, cpu, {"DEQUANT_MATMUL": form})
+        path = tmp_path / f"{form}.plan"
+        hd.save_plan(str(path), g.serialize_compiled_plan())
+        r = hd.Graph.from_compiled_plan(cpu, hd.load_plan(str(path)))
+        assert r.get_engine_config_at_index(0).knobs == {"DEQUANT_MATMUL": form}
+        outs[form] = np.full((1, m, n), np.nan, np.float32)
+        r.execute(cpu, {1: av, 2: wv, 3: sv, 4: outs[form]})
+        assert np.abs(outs[form] - ref).max() <= 1e-5 * np.abs(ref).max(), form
+    assert counts["ONE_DISPATCH"] == 1 and counts["SPLIT"] > 1, counts
+    assert np.abs(outs["ONE_DISPATCH"] - outs["SPLIT"]).max() <= 1e-5 * np.abs(ref).max()
+
+
+def test_dequantize_matmul_one_dispatch_gpu_targets():
+    # the same graphs compile to one dispatch for CUDA and ROCm; HeurMode B offers both forms to autotune
+    from hipdnn_iree.plugins.iree_linalg.knobs import GraphSummary, candidates
+    from hipdnn_iree.plugins.iree_linalg.targets import parse_target
+    from graph_ir.desc import decode_graph
+    for target in ("cuda:sm_80", "rocm:gfx942", "rocm:gfx950"):
+        h = hd.create_handle(device=None, target=target)
+        for ydt, sdt, block in (RECIPES[0], RECIPES[2]):
+            g = _deq_matmul(32, 4 * block, 48, block, ydt, sdt, io=DT.HALF)
+            assert _build_with(g, h, {"DEQUANT_MATMUL": "ONE_DISPATCH"}) == 1, (target, ydt)
+    g = _deq_matmul(32, 64, 48, 32, DT.FP8_E4M3, DT.FP8_E8M0)
+    g.validate()
+    g.build_operation_graph(hd.create_handle(device=None, target="cuda:sm_80"))
+    summary = GraphSummary.of(decode_graph(g.get_op_graph_bytes()))
+    offered = {c.get("DEQUANT_MATMUL") for c in candidates(parse_target("cuda:sm_80"), summary, hd.HeurMode.B)}
+    assert {None, "ONE_DISPATCH"} <= offered      # AUTO (= SPLIT, deduplicated) and the region
+
+
 @pytest.mark.parametrize("ydt, sdt, block", RECIPES, ids=lambda v: getattr(v, "name", str(v)))
 def test_reference_engine_agrees(cpu, rng, ydt, sdt, block):
     # the NUMPY_REFERENCE engine (its own code, plugins/numpy_reference/block_scale.py) gives the same

@@ -12,4 +12,5 @@ def infer(node, dims) -> dict:
 
 OPDEF = register(OpDef(OpKind.BLOCK_SCALE_DEQUANTIZE, BlockScaleDequantizeAttrs, infer,
                        fixed("x_uid", "scale_uid", "y_uid"), frontend_method="block_scale_dequantize",
-                       facade_methods=("block_scale_dequantize",), stride_order_from=(("y_uid", "x_uid"),)))
+                       facade_methods=("block_scale_dequantize",), stride_order_from=(("y_uid", "x_uid"),),
+                       traits=frozenset({"dequantize"})))

@@ -178,9 +178,15 @@ def lower_quantize(ctx: LowerContext, node: NodeDesc) -> None:
 @register_lowering(OpKind.BLOCK_SCALE_DEQUANTIZE)
 def lower_dequantize(ctx: LowerContext, node: NodeDesc) -> None:
     at = node.attrs
-    x, s = ctx.value(at.x_uid), ctx.value(at.scale_uid)
-    blocks = _checked(node, lambda: dequantize_blocks(at, x.shape, s.shape))
     em = ctx.em
+    start = len(em.lines)
+    if ctx.policy.dequant_matmul_region:
+        # the codes of graph inputs read (FP4 bytes unpacked, relaid out) and decoded again here, inside the
+        # region (lowering/ops/matmul.py); the entry's copies, then unused, are dropped by IREE
+        x, s = (ctx.decode_input(u, ctx.codes[u]()) if u in ctx.codes else ctx.value(u) for u in (at.x_uid, at.scale_uid))
+    else:
+        x, s = ctx.value(at.x_uid), ctx.value(at.scale_uid)
+    blocks = _checked(node, lambda: dequantize_blocks(at, x.shape, s.shape))
     rank = len(x.shape)
     e = [f"d{i}" for i in range(rank)]
     smap = _amap(rank, [f"d{i} floordiv {b}" if b != 1 else e[i] for i, b in enumerate(blocks)])
@@ -190,3 +196,5 @@ def lower_dequantize(ctx: LowerContext, node: NodeDesc) -> None:
 
     y = em.generic([(x, _amap(rank, e)), (s, smap)], x.shape, "f32", ["parallel"] * rank, _amap(rank, e), body)
     ctx.define(at.y_uid, y)
+    if ctx.policy.dequant_matmul_region:
+        ctx.region_marks[at.y_uid] = (start, ctx.node_index)

@@ -25,6 +25,7 @@ from graph_ir._fbs.graph_generated import DataType
 from lowering._registry import register_lowering
 from graph_ir.desc import GraphError, NodeDesc, OpKind
 from graph_ir.ops.matmul import matmul_shape
+from graph_ir.dtypes import MINIFLOAT_FORMATS
 
 _MMA_ELEMS = ("f16", "bf16")   # element types IREE's CUDA codegen sends to mma.sync
 
@@ -131,6 +132,7 @@ def decoded_apart(ctx: LowerContext, v: Value) -> Value:
 @register_lowering(OpKind.MATMUL)
 def lower_matmul(ctx: LowerContext, node: NodeDesc) -> None:
     at = node.attrs
+    region_start = _region_start(ctx, node)
     a, b = ctx.value(at.a_uid), ctx.value(at.b_uid)
     out_shape = matmul_shape(a.shape, b.shape, node.name)
     floats = a.elem in FLOAT_TYPES or b.elem in FLOAT_TYPES
@@ -181,3 +183,22 @@ def lower_matmul(ctx: LowerContext, node: NodeDesc) -> None:
         res = em.generic([(a, amap), (b, bmap)], out_shape, acc,
                          ["parallel"] * (nb + 2) + ["reduction"], omap, body, init=init)
     ctx.define(at.c_uid, res)
+    if region_start is not None:
+        ctx.values[at.c_uid] = em.wrap_region(region_start, ctx.values[at.c_uid])
+
+
+def _region_start(ctx: LowerContext, node: NodeDesc) -> int | None:
+    """Where the dispatch region of a dequantize-matmul starts (``LoweringPolicy.dequant_matmul_region``):
+    an operand made by the block_scale_dequantize lowered just before this node, read by nothing else
+    and not a graph output; else None (IREE's own dispatches)."""
+    at = node.attrs
+    if ctx.graph.tensor(at.c_uid).data_type in MINIFLOAT_FORMATS:
+        return None
+    for uid in (at.a_uid, at.b_uid):
+        mark = ctx.region_marks.get(uid)
+        if mark is None or mark[1] != ctx.node_index - 1 or not ctx.tensor(uid).is_virtual:
+            continue
+        readers = [n for n in ctx.graph.nodes if uid in n.attrs.inputs()]
+        if len(readers) == 1:
+            return mark[0]
+    return None

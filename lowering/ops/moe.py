@@ -159,64 +159,71 @@ def lower_moe_grouped_matmul(ctx: LowerContext, node: NodeDesc) -> None:
     m, k = token.shape
     e, _, n = weight.shape
     rows = m
-    index = None
+    index = ks = None
     if at.mode in (MOE_MODE_GATHER, MOE_MODE_SCATTER):
         index = _index_vector(ctx, node, "token_index")
         if at.mode == MOE_MODE_GATHER:
             rows = index.shape[0]
-    group = row_groups(em, offsets, rows)
-    # per output row: what its group (and, GATHER/SCATTER, its token row) is read from
-    # NOTE: GATHER and SCATTER read the token through tensor.extract; a filled [K] operand gives the
-    # contraction its k range (linalg derives each loop's size from an operand indexed by it)
-    k_range = (Value(em.filled((k,), "i8", 0), (k,), "i8"), _map(3, "d2"))
     if at.mode == MOE_MODE_SCATTER:
-        src = _scatter_sources(em, group, index, _index_vector(ctx, node, "token_ks"), at.top_k)
-        ins = [(src, _map(3, "d0")), k_range]
-    elif at.mode == MOE_MODE_GATHER:
-        ins = [(group, _map(3, "d0")), (index, _map(3, "d0")), k_range]
-    else:
-        ins = [(group, _map(3, "d0")), (token, _map(3, "d0, d2"))]
+        ks = _index_vector(ctx, node, "token_ks")
     w_t, t_t = weight.type, token.type
 
-    def body(a):
-        nn, kk = em.op("linalg.index 1 : index"), em.op("linalg.index 2 : index")
+    def region() -> Value:
+        group = row_groups(em, offsets, rows)
+        # per output row: what its group (and, GATHER/SCATTER, its token row) is read from
+        # NOTE: GATHER and SCATTER read the token through tensor.extract; a filled [K] operand gives the
+        # contraction its k range (linalg derives each loop's size from an operand indexed by it)
+        k_range = (Value(em.filled((k,), "i8", 0), (k,), "i8"), _map(3, "d2"))
+        src = None
         if at.mode == MOE_MODE_SCATTER:
-            s = _clamp_index(em, a[0], "i32", m - 1)
-            grp = em.op(f"tensor.extract {group.ssa}[{s}] : {group.type}")
-            t = em.op(f"tensor.extract {token.ssa}[{s}, {kk}] : {t_t}")
+            src = _scatter_sources(em, group, index, ks, at.top_k)
+            ins = [(src, _map(3, "d0")), k_range]
         elif at.mode == MOE_MODE_GATHER:
-            grp = a[0]
-            s = _clamp_index(em, a[1], index.elem, m - 1)
-            t = em.op(f"tensor.extract {token.ssa}[{s}, {kk}] : {t_t}")
+            ins = [(group, _map(3, "d0")), (index, _map(3, "d0")), k_range]
         else:
-            grp, t = a[0], a[1]
-        zero, experts = em.const(0, "i32"), em.const(e, "i32")
-        ex = em.op(f"arith.remsi {em.op(f'arith.maxsi {grp}, {zero} : i32')}, {experts} : i32")
-        ei = em.op(f"arith.index_cast {ex} : i32 to index")
-        w = em.op(f"tensor.extract {weight.ssa}[{ei}, {kk}, {nn}] : {w_t}")
-        prod = em.op(f"arith.mulf {em.cast(t, token.elem, acc)}, {em.cast(w, weight.elem, acc)} : {acc}")
-        return em.op(f"arith.addf {a[-1]}, {prod} : {acc}")
+            ins = [(group, _map(3, "d0")), (token, _map(3, "d0, d2"))]
 
-    summed = em.generic(ins, (rows, n), acc, ["parallel", "parallel", "reduction"], _map(3, "d0, d1"), body,
-                        init=em.filled((rows, n), acc, 0.0))
+        def body(a):
+            nn, kk = em.op("linalg.index 1 : index"), em.op("linalg.index 2 : index")
+            if at.mode == MOE_MODE_SCATTER:
+                s = _clamp_index(em, a[0], "i32", m - 1)
+                grp = em.op(f"tensor.extract {group.ssa}[{s}] : {group.type}")
+                t = em.op(f"tensor.extract {token.ssa}[{s}, {kk}] : {t_t}")
+            elif at.mode == MOE_MODE_GATHER:
+                grp = a[0]
+                s = _clamp_index(em, a[1], index.elem, m - 1)
+                t = em.op(f"tensor.extract {token.ssa}[{s}, {kk}] : {t_t}")
+            else:
+                grp, t = a[0], a[1]
+            zero, experts = em.const(0, "i32"), em.const(e, "i32")
+            ex = em.op(f"arith.remsi {em.op(f'arith.maxsi {grp}, {zero} : i32')}, {experts} : i32")
+            ei = em.op(f"arith.index_cast {ex} : i32 to index")
+            w = em.op(f"tensor.extract {weight.ssa}[{ei}, {kk}, {nn}] : {w_t}")
+            prod = em.op(f"arith.mulf {em.cast(t, token.elem, acc)}, {em.cast(w, weight.elem, acc)} : {acc}")
+            return em.op(f"arith.addf {a[-1]}, {prod} : {acc}")
 
-    # rows no group holds (and GATHER rows reading no token row, SCATTER slots no row writes): zero
-    fin = [(summed, _map(2, "d0, d1")), ((src if at.mode == MOE_MODE_SCATTER else group), _map(2, "d0"))]
-    if at.mode == MOE_MODE_GATHER:
-        fin.append((index, _map(2, "d0")))
+        summed = em.generic(ins, (rows, n), acc, ["parallel", "parallel", "reduction"], _map(3, "d0, d1"), body,
+                            init=em.filled((rows, n), acc, 0.0))
 
-    def finish(a):
-        ok = em.op(f"arith.cmpi sge, {a[1]}, {em.const(0, 'i32')} : i32")
+        # rows no group holds (and GATHER rows reading no token row, SCATTER slots no row writes): zero
+        fin = [(summed, _map(2, "d0, d1")), ((src if at.mode == MOE_MODE_SCATTER else group), _map(2, "d0"))]
         if at.mode == MOE_MODE_GATHER:
-            i, t = a[2], index.elem
-            lo, hi = em.const(0, t), em.const(m, t)
-            inside = em.op(f"arith.andi {em.op(f'arith.cmpi sge, {i}, {lo} : {t}')}, "
-                           f"{em.op(f'arith.cmpi slt, {i}, {hi} : {t}')} : i1")
-            ok = em.op(f"arith.andi {ok}, {inside} : i1")
-        v = em.op(f"arith.select {ok}, {a[0]}, {em.const(0.0, acc)} : {acc}")
-        return em.cast(v, acc, out_elem)
+            fin.append((index, _map(2, "d0")))
 
-    res = em.generic(fin, (rows, n), out_elem, ["parallel", "parallel"], _map(2, "d0, d1"), finish)
+        def finish(a):
+            ok = em.op(f"arith.cmpi sge, {a[1]}, {em.const(0, 'i32')} : i32")
+            if at.mode == MOE_MODE_GATHER:
+                i, t = a[2], index.elem
+                lo, hi = em.const(0, t), em.const(m, t)
+                inside = em.op(f"arith.andi {em.op(f'arith.cmpi sge, {i}, {lo} : {t}')}, "
+                               f"{em.op(f'arith.cmpi slt, {i}, {hi} : {t}')} : i1")
+                ok = em.op(f"arith.andi {ok}, {inside} : i1")
+            v = em.op(f"arith.select {ok}, {a[0]}, {em.const(0.0, acc)} : {acc}")
+            return em.cast(v, acc, out_elem)
+
+        return em.generic(fin, (rows, n), out_elem, ["parallel", "parallel"], _map(2, "d0, d1"), finish)
+
+    res = em.dispatch_region((rows, n), out_elem, region)
     ctx.define(at.output_uid, em.reshape(res, (1, rows, n)))
 
 
@@ -231,7 +238,13 @@ def lower_moe_grouped_matmul_bwd(ctx: LowerContext, node: NodeDesc) -> None:
     m, k = token.shape
     n = dout.shape[1]
     g = offsets.shape[0]
-    group = row_groups(em, offsets, m)
+
+    def region() -> Value:
+        group = row_groups(em, offsets, m)
+        dw = em.generic([(group, _map(4, "d3")), (token, _map(4, "d3, d1")), (dout, _map(4, "d3, d2"))], (g, k, n),
+                        acc, ["parallel", "parallel", "parallel", "reduction"], _map(4, "d0, d1, d2"), body,
+                        init=em.filled((g, k, n), acc, 0.0))
+        return em.convert(dw, out_elem)      # rounded once to the output type inside the region
 
     def body(a):
         e, t, d, s = a
@@ -241,7 +254,5 @@ def lower_moe_grouped_matmul_bwd(ctx: LowerContext, node: NodeDesc) -> None:
         zero = em.const(0.0, acc)
         return em.op(f"arith.addf {s}, {em.op(f'arith.select {hit}, {prod}, {zero} : {acc}')} : {acc}")
 
-    dw = em.generic([(group, _map(4, "d3")), (token, _map(4, "d3, d1")), (dout, _map(4, "d3, d2"))], (g, k, n), acc,
-                    ["parallel", "parallel", "parallel", "reduction"], _map(4, "d0, d1, d2"), body,
-                    init=em.filled((g, k, n), acc, 0.0))
-    ctx.define(at.dweight_uid, dw)
+    out_elem = ctx.out_elem(at.dweight_uid)
+    ctx.define(at.dweight_uid, em.dispatch_region((g, k, n), out_elem, region))

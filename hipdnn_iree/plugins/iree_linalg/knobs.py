@@ -57,6 +57,10 @@ KNOBS = (
          "f32 convolutions (fprop, dgrad, wgrad) in IEEE f32, or with their operands rounded to TF32 (10 "
          "mantissa bits) and f32 accumulation, the numerics of TF32 tensor cores that cuDNN and PyTorch use "
          "for FLOAT convolutions on NVIDIA GPUs (AUTO: IEEE; the cuDNN facade picks TF32 on CUDA)"),
+    Knob("DEQUANT_MATMUL", (AUTO, "ONE_DISPATCH", "SPLIT"), AUTO,
+         "a block_scale_dequantize read only by the matmul after it: one dispatch region with that matmul "
+         "(the dequantized operand never written to memory) or IREE's own dispatches (AUTO: SPLIT, the faster "
+         "form measured on the CPU and the H200: benchmarks/gpu_one_dispatch.py)"),
     Knob("SHAPE_SPECIALIZE", (AUTO, "ON", "OFF"), AUTO,
          "dynamic-shape plans only: the module also holds the static code of the build shape, run when every "
          "bound tensor has its built dims and strides (AUTO: on for override-shape plans)"),
@@ -226,6 +230,8 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
         last = layout == "CHANNELS_LAST"
         policy = policy.with_(conv_channels_last=last, conv3d_as_2d=last, dgrad_channels_last=last,
                               wgrad_channels_last=last, grouped_channels_last=last)
+    if get("DEQUANT_MATMUL") == "ONE_DISPATCH" and "dequantize" in traits and "contraction" in traits:
+        policy = policy.with_(dequant_matmul_region=True)
     flags = [DOUBLE_FLAG] if summary.has_double else []
     if not cpu:
         # NOTE: measured on an H200 (IREE 3.13, sm_80 PTX): f16/bf16 conv_fprop in the NCHW form gave
@@ -244,6 +250,10 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
     # (docs/benchmarks/flags.md).
     tiling = get("DATA_TILING")
     tiled = (cpu and summary.f32_only and "attention" not in traits) if tiling == AUTO else tiling == "ON"
+    if policy.dequant_matmul_region:
+        # NOTE: IREE 3.13's data tiling crashed (SIGSEGV, llvm-cpu) on a matmul inside a dispatch region
+        # formed before it runs; the region's matmul is compiled untiled
+        tiled = False
     if tiled:
         flags += list(CPU_FLAGS)
     im2col = get("IM2COL")
@@ -317,6 +327,7 @@ def candidates(target: Target, summary: GraphSummary, mode: HeurMode, tuned: dic
                     "GPU_MATMUL_TILE": not cpu and ("contraction" in summary.traits or summary.has_conv),
                     "GPU_CONV_TILE": not cpu and "conv_fprop" in summary.traits,
                     "GPU_PAD_FUSION": not cpu and summary.has_conv,
+                    "DEQUANT_MATMUL": "dequantize" in summary.traits and "contraction" in summary.traits,
                     "F32_CONV_MATH": False,     # NOTE: a numerics choice, not a speed one: never timed
                     "SHAPE_SPECIALIZE": False}   # NOTE: decided per build (shape_specialize), not by resolve()
         # NOTE: measured on an H200 (IREE 3.13, sm_80): f16/bf16 conv_fprop without the channels-last pass
