@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (no IREE compiler, no network): install the carried runtime wheels,
 # then the correctness matrix and the benchmark over plans compiled on the build machine.
-# Usage: bash benchmarks/gpu_run.sh [cases|bench|tests|autotune|fe|newtests|ab|train|sbs|quant|all]   (results go to $OUT or ./gpu_results)
+# Usage: bash benchmarks/gpu_run.sh [cases|bench|tests|autotune|fe|newtests|ab|train|sbs|quant|onedispatch|all]   (results go to $OUT or ./gpu_results)
 # tests/autotune need the IREE compiler there too: .gpu/iree_compiler.tar.xz (iree-base-compiler's
 # wheel unpacked, libIREECompiler.so stripped), unpacked beside the runtime; .whl also carries the
 # pure-Python test tools (pytest, pluggy, iniconfig, packaging, flatbuffers) and ml_dtypes.
@@ -71,6 +71,13 @@ if [ "$what" = sbs ]; then
     python3 benchmarks/cudnn_side_by_side.py run --plans .gpu_side_by_side \
         ${SBS_CASES:+--cases $SBS_CASES} --json "$OUT/side_by_side.json" --md "$OUT/side_by_side.md" > "$OUT/side_by_side.txt" 2>&1
     echo "side_by_side rc=$?"; cat "$OUT/side_by_side.md"
+fi
+if [ "$what" = onedispatch ]; then
+    # issue 30's one-dispatch forms (MoE region, DEQUANT_MATMUL=ONE_DISPATCH) against the split forms, built
+    # here (needs .gpu/iree_compiler.tar.xz), and the facade's F8_128x4 NVFP4 matmul
+    python3 benchmarks/gpu_one_dispatch.py --device cuda --target cuda:sm_80 ${ONE_SKIP:+--skip $ONE_SKIP} \
+        --json "$OUT/one_dispatch.json" > "$OUT/one_dispatch.txt" 2>&1
+    echo "one_dispatch rc=$?"; cut -c1-900 "$OUT/one_dispatch.txt" | tail -30
 fi
 if [ "$what" = quant ]; then
     # issue 30 (block scale, FP8/FP4, fp8 matmul vs torch._scaled_mm, custom op, facade NVFP4), built

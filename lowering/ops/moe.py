@@ -18,11 +18,14 @@ Backward: ``dweight[g, k, n] = sum over rows r of [group[r] = g] * token[r, k] *
 one contraction over ``(g, k, n, r)``: every group's sum reads every row and keeps its own (the
 compute is G times a dense ``token^T doutput``; no group sizes are known when compiling).
 
-IREE makes 2 dispatches of NONE, GATHER and the backward (the row -> group map, then the
-contraction with its epilogue), 3 of SCATTER (the destination inverse too): measured for llvm-cpu,
-cuda:sm_80 and rocm:gfx942 (tests/test_moe.py). NOTE: the binary search inside the contraction's
-body instead would make NONE and GATHER one dispatch, but it runs for every multiply-add (IREE does
-not fuse the elementwise map into the contraction's dispatch): 1.3-2.6x slower on the CPU, measured.
+Every form is one dispatch: its ops (the row -> group map, SCATTER's destination inverse, the
+contraction and its epilogue) sit in one ``flow.dispatch.region`` (``Emitter.dispatch_region``), which
+IREE compiles as one dispatch, tiling and fusing the map into the contraction's tiles: measured for
+llvm-cpu, cuda:sm_80 and rocm:gfx942 (tests/test_moe.py). Left to its own heuristics IREE 3.13 makes
+2 dispatches of NONE, GATHER and the backward and 3 of SCATTER (it does not fuse a producer into a
+contraction's dispatch); benchmarks/gpu_one_dispatch.py times both forms. NOTE: the binary search
+inside the contraction's body (the other one-dispatch form) runs for every multiply-add: 1.3-2.6x
+slower on the CPU, measured; not used.
 On GPUs the forward needs IREE's reduction vector-distribution pipeline off (the ``gather`` trait,
 plugins/iree_linalg/knobs.py).
 
