@@ -146,7 +146,7 @@ def _routing(rng, rows, e):
 def moe_cases(h, bufs, rng, tokens, k, n, e, rounds, burst):
     from test_moe import backward_graph, forward_graph
     top_k = 2
-    cases = [("none", MODE.NONE), ("gather", MODE.GATHER), ("scatter", MODE.SCATTER), ("backward", None)]
+    cases = [("none", MODE.NONE), ("gather", MODE.GATHER), ("backward", None), ("scatter", MODE.SCATTER)]
     for name, mode in cases:
         graphs, disp = {}, {}
         for form in ("one_dispatch", "split"):
@@ -276,11 +276,11 @@ def main(argv=None) -> int:
     skip = set(filter(None, a.skip.split(",")))
     rounds, burst = (5, 2) if a.small else (15, 5)
     steps = []
-    if "moe" not in skip:
-        steps.append(lambda: moe_cases(h, bufs, rng, *((64, 32, 48, 5) if a.small else (4096, 1024, 1024, 8)),
-                                       rounds, burst))
     if "deq" not in skip:
         steps.append(lambda: deq_cases(h, bufs, rng, *((32, 128, 48) if a.small else (2048, 4096, 4096)),
+                                       rounds, burst))
+    if "moe" not in skip:
+        steps.append(lambda: moe_cases(h, bufs, rng, *((64, 32, 48, 5) if a.small else (2048, 1024, 1024, 8)),
                                        rounds, burst))
     if "facade" not in skip:
         def facade():
@@ -288,7 +288,7 @@ def main(argv=None) -> int:
             gpu_quant.RESULTS = RESULTS
             gpu_quant.record = record
             gpu_quant.check_facade_nvfp4(a.device, a.target, gpu_quant.Side(a.device), rng)
-        steps.append(facade)
+        steps.insert(0, facade)
     for step in steps:
         try:
             step()

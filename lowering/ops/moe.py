@@ -14,8 +14,8 @@ SCATTER first inverts the destination map ``dst[r] = token_index[r] * top_k + to
 (``src[p] = max{r : dst[r] = p}``, a reduction over the rows; -1: no row writes p), then runs
 the same contraction over output rows, reading token row ``src[p]`` and its group.
 
-Backward: ``dweight[g, k, n] = sum over rows r of [group[r] = g] * token[r, k] * doutput[r, n]``,
-one contraction over ``(g, k, n, r)``: every group's sum reads every row and keeps its own (the
+Backward: ``dweight[g, k, n] = sum over rows r of [offsets[g] <= r < next offset] * token[r, k] *
+doutput[r, n]`` (the rows of group g when the offsets do not decrease), one contraction over ``(g, k, n, r)``: every group's sum reads every row and keeps its own (the
 compute is G times a dense ``token^T doutput``; no group sizes are known when compiling).
 
 Every form is one dispatch: its ops (the row -> group map, SCATTER's destination inverse, the
@@ -243,16 +243,28 @@ def lower_moe_grouped_matmul_bwd(ctx: LowerContext, node: NodeDesc) -> None:
     g = offsets.shape[0]
 
     def region() -> Value:
-        group = row_groups(em, offsets, m)
-        dw = em.generic([(group, _map(4, "d3")), (token, _map(4, "d3, d1")), (dout, _map(4, "d3, d2"))], (g, k, n),
+        # group g's rows are [offsets[g], offsets[g + 1]) (the last: to the end): with non-decreasing
+        # offsets, the rows whose group (row_groups) is g; compared in the body, no row -> group map
+        def upper(a):
+            i = em.op("linalg.index 0 : index")
+            one, top = em.const(1, "index"), em.const(g - 1, "index")
+            nxt = em.op(f"arith.minui {em.op(f'arith.addi {i}, {one} : index')}, {top} : index")
+            v = _i64(em, em.op(f"tensor.extract {offsets.ssa}[{nxt}] : {offsets.type}"), offsets.elem)
+            last = em.op(f"arith.cmpi eq, {i}, {em.const(g - 1, 'index')} : index")
+            return em.op(f"arith.select {last}, {em.const(m, 'i64')}, {v} : i64")
+
+        hi = em.generic([], (g,), "i64", ["parallel"], _map(1, "d0"), upper)
+        dw = em.generic([(offsets, _map(4, "d0")), (hi, _map(4, "d0")), (token, _map(4, "d3, d1")),
+                         (dout, _map(4, "d3, d2"))], (g, k, n),
                         acc, ["parallel", "parallel", "parallel", "reduction"], _map(4, "d0, d1, d2"), body,
                         init=em.filled((g, k, n), acc, 0.0))
         return em.convert(dw, out_elem)      # rounded once to the output type inside the region
 
     def body(a):
-        e, t, d, s = a
-        gi = em.op(f"arith.index_cast {em.op('linalg.index 0 : index')} : index to i32")
-        hit = em.op(f"arith.cmpi eq, {e}, {gi} : i32")
+        lo, up, t, d, s = a
+        r = em.op(f"arith.index_cast {em.op('linalg.index 3 : index')} : index to i64")
+        hit = em.op(f"arith.andi {em.op(f'arith.cmpi sle, {_i64(em, lo, offsets.elem)}, {r} : i64')}, "
+                    f"{em.op(f'arith.cmpi slt, {r}, {up} : i64')} : i1")
         prod = em.op(f"arith.mulf {em.cast(t, token.elem, acc)}, {em.cast(d, dout.elem, acc)} : {acc}")
         zero = em.const(0.0, acc)
         return em.op(f"arith.addf {s}, {em.op(f'arith.select {hit}, {prod}, {zero} : {acc}')} : {acc}")
