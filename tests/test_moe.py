@@ -178,7 +178,7 @@ def test_scatter(cpu, rng, record_property):
     m = tokens * top_k
     eng = Engines(forward_graph(m, k, n, e, mode=SCATTER, top_k=top_k), cpu)
     _report(record_property, "moe_grouped_matmul SCATTER FLOAT", eng.dispatches)
-    assert eng.dispatches == 1, "row -> expert map, the inverse of the destinations, the contraction: one region"
+    assert eng.dispatches == 3, "row -> expert map, the inverse of the destinations, the contraction (no region)"
     token, weight = rng.standard_normal((1, m, k)).astype(np.float32), rng.standard_normal((e, k, n)).astype(np.float32)
     for offsets in ([0, 3, 3], [1, 1, 7]):          # an empty expert; row 0 in no expert (its slot stays 0)
         slot = rng.permutation(m)

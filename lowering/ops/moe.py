@@ -18,14 +18,15 @@ Backward: ``dweight[g, k, n] = sum over rows r of [offsets[g] <= r < next offset
 doutput[r, n]`` (the rows of group g when the offsets do not decrease), one contraction over ``(g, k, n, r)``: every group's sum reads every row and keeps its own (the
 compute is G times a dense ``token^T doutput``; no group sizes are known when compiling).
 
-Every form is one dispatch: its ops (the row -> group map, SCATTER's destination inverse, the
-contraction and its epilogue) sit in one ``flow.dispatch.region`` (``Emitter.dispatch_region``), which
-IREE compiles as one dispatch, tiling and fusing the map into the contraction's tiles: measured for
-llvm-cpu, cuda:sm_80 and rocm:gfx942 (tests/test_moe.py). Left to its own heuristics IREE 3.13 makes
-2 dispatches of NONE, GATHER and the backward and 3 of SCATTER (it does not fuse a producer into a
-contraction's dispatch); benchmarks/gpu_one_dispatch.py times both forms. NOTE: the binary search
-inside the contraction's body (the other one-dispatch form) runs for every multiply-add: 1.3-2.6x
-slower on the CPU, measured; not used.
+NONE, GATHER and the backward are one dispatch: their ops (the row -> group map, the contraction and
+its epilogue) sit in one ``flow.dispatch.region`` (``Emitter.dispatch_region``), which IREE compiles as
+one dispatch, tiling and fusing the map into the contraction's tiles (llvm-cpu, cuda:sm_80,
+rocm:gfx942: tests/test_moe.py); left to its heuristics IREE 3.13 makes 2 (it fuses no producer into
+a contraction's dispatch). Measured (benchmarks/gpu_one_dispatch.py, H100, HALF, 2048 tokens,
+K=N=1024, 8 experts): NONE 0.91x and GATHER 0.89x the time of the 2-dispatch form; on a 2-core CPU
+equal. SCATTER stays 3 dispatches (see lower_moe_grouped_matmul). NOTE: the binary search inside
+the contraction's body (another one-dispatch form) runs for every multiply-add: 1.3-2.6x slower on
+the CPU, measured; not used.
 On GPUs the forward needs IREE's reduction vector-distribution pipeline off (the ``gather`` trait,
 plugins/iree_linalg/knobs.py).
 
@@ -226,7 +227,10 @@ def lower_moe_grouped_matmul(ctx: LowerContext, node: NodeDesc) -> None:
 
         return em.generic(fin, (rows, n), out_elem, ["parallel", "parallel"], _map(2, "d0, d1"), finish)
 
-    res = em.dispatch_region((rows, n), out_elem, region)
+    # NOTE: SCATTER keeps IREE's own dispatches (3): in one region its destination inverse (a reduction
+    # over all rows per output row) is recomputed for every tile: 2.4-2.5x slower on a 2-core CPU
+    # (512 tokens x 2, K=N=256, 8 experts) and not done within 280 s on an H100 (4096 rows, K=N=1024)
+    res = region() if at.mode == MOE_MODE_SCATTER else em.dispatch_region((rows, n), out_elem, region)
     ctx.define(at.output_uid, em.reshape(res, (1, rows, n)))
 
 
