@@ -178,7 +178,7 @@ def test_scatter(cpu, rng, record_property):
     m = tokens * top_k
     eng = Engines(forward_graph(m, k, n, e, mode=SCATTER, top_k=top_k), cpu)
     _report(record_property, "moe_grouped_matmul SCATTER FLOAT", eng.dispatches)
-    assert eng.dispatches == 3, "row -> expert map, the inverse of the destinations, the contraction (no region)"
+    assert eng.dispatches == 1, "row -> expert map, the scatter of the sources, the contraction: one region (CPU)"
     token, weight = rng.standard_normal((1, m, k)).astype(np.float32), rng.standard_normal((e, k, n)).astype(np.float32)
     for offsets in ([0, 3, 3], [1, 1, 7]):          # an empty expert; row 0 in no expert (its slot stays 0)
         slot = rng.permutation(m)
@@ -403,6 +403,10 @@ def test_gpu_compile(target):
         assert ctx.dispatch_count == 1
         # the forward compiles without IREE's GPU reduction vector distribution (knobs.py, "gather")
         assert (NO_REDUCTION_DISTRIBUTION_FLAG in ctx.compile_flags) == forward
+    # SCATTER on GPUs: the sources by a reduction in a dispatch of its own (lowering/ops/moe.py)
+    g, _ = forward_graph(2 * m, k, n, e, H, mode=SCATTER, top_k=2)()
+    g.build(h)
+    assert g.get_execution_plan().context.dispatch_count == 3
 
 
 # -- cuDNN FE's API ------------------------------------------------------------------------------

@@ -18,15 +18,17 @@ Backward: ``dweight[g, k, n] = sum over rows r of [offsets[g] <= r < next offset
 doutput[r, n]`` (the rows of group g when the offsets do not decrease), one contraction over ``(g, k, n, r)``: every group's sum reads every row and keeps its own (the
 compute is G times a dense ``token^T doutput``; no group sizes are known when compiling).
 
-NONE, GATHER and the backward are one dispatch: their ops (the row -> group map, the contraction and
-its epilogue) sit in one ``flow.dispatch.region`` (``Emitter.dispatch_region``), which IREE compiles as
-one dispatch, tiling and fusing the map into the contraction's tiles (llvm-cpu, cuda:sm_80,
-rocm:gfx942: tests/test_moe.py); left to its heuristics IREE 3.13 makes 2 (it fuses no producer into
-a contraction's dispatch). Measured (benchmarks/gpu_one_dispatch.py, H100, HALF, 2048 tokens,
-K=N=1024, 8 experts): NONE 0.91x and GATHER 0.89x the time of the 2-dispatch form; on a 2-core CPU
-equal. SCATTER stays 3 dispatches (see lower_moe_grouped_matmul). NOTE: the binary search inside
-the contraction's body (another one-dispatch form) runs for every multiply-add: 1.3-2.6x slower on
-the CPU, measured; not used.
+One dispatch per graph on every target but SCATTER's on GPUs: the ops (the row -> group map, the
+contraction and its epilogue; SCATTER's sources) sit in one ``flow.dispatch.region``
+(``Emitter.dispatch_region``), which IREE compiles as one dispatch, tiling and fusing the map into the
+contraction's tiles (llvm-cpu, cuda:sm_80, rocm:gfx942: tests/test_moe.py); left to its heuristics IREE
+3.13 makes 2 (it fuses no producer into a contraction's dispatch). SCATTER's sources (the row read by
+each output row) come from ``iree_linalg_ext.scatter`` (O(M)) on the CPU, inside the region; on GPUs
+from a reduction over the rows in a dispatch of its own (see lower_moe_grouped_matmul: 3 dispatches).
+Measured (benchmarks/gpu_one_dispatch.py, H100, HALF, 2048 tokens, K=N=1024, 8 experts): NONE 0.91x
+and GATHER 0.89x the time of the 2-dispatch form, the backward equal; on a 2-core CPU all equal, SCATTER
+included. NOTE: the binary search inside the contraction's body (another one-dispatch form) runs for
+every multiply-add: 1.3-2.6x slower on the CPU, measured; not used.
 On GPUs the forward needs IREE's reduction vector-distribution pipeline off (the ``gather`` trait,
 plugins/iree_linalg/knobs.py).
 
@@ -152,6 +154,50 @@ def _scatter_sources(em: Emitter, group: Value, index: Value, ks: Value, top_k: 
                       ["parallel", "reduction"], _map(2, "d0"), body, init=init)
 
 
+def _scattered_sources(em: Emitter, group: Value, index: Value, ks: Value, top_k: int) -> Value:
+    """:func:`_scatter_sources`'s ``src`` written by ``iree_linalg_ext.scatter``: each routed row r
+    stores r at its slot ``index[r] * top_k + ks[r]`` (combined by max: the later row wins a slot);
+    rows in no group, or whose slot is outside the output, store -1 (at a clamped slot, changing
+    nothing). O(M) where the reduction is O(M^2)."""
+    m = group.shape[0]
+
+    def slot(i, k):
+        kk = em.const(top_k, "i64")
+        scaled = em.op(f"arith.muli {_i64(em, i, index.elem)}, {kk} : i64")
+        return em.op(f"arith.addi {scaled}, {_i64(em, k, ks.elem)} : i64")
+
+    def dst_body(a):
+        d = slot(a[0], a[1])
+        lo, hi = em.const(0, "i64"), em.const(m - 1, "i64")
+        c = em.op(f"arith.minsi {em.op(f'arith.maxsi {d}, {lo} : i64')}, {hi} : i64")
+        return em.op(f"arith.trunci {c} : i64 to i32")
+
+    def upd_body(a):
+        e, i, k = a[0], a[1], a[2]
+        d = slot(i, k)
+        r = em.op(f"arith.index_cast {em.op('linalg.index 0 : index')} : index to i32")
+        z64, m64, z32, none = em.const(0, "i64"), em.const(m, "i64"), em.const(0, "i32"), em.const(-1, "i32")
+        inside = em.op(f"arith.andi {em.op(f'arith.cmpi sge, {d}, {z64} : i64')}, "
+                       f"{em.op(f'arith.cmpi slt, {d}, {m64} : i64')} : i1")
+        ok = em.op(f"arith.andi {inside}, {em.op(f'arith.cmpi sge, {e}, {z32} : i32')} : i1")
+        return em.op(f"arith.select {ok}, {r}, {none} : i32")
+
+    ident = _map(1, "d0")
+    dst = em.generic([(index, ident), (ks, ident)], (m,), "i32", ["parallel"], ident, dst_body)
+    upd = em.generic([(group, ident), (index, ident), (ks, ident)], (m,), "i32", ["parallel"], ident, upd_body)
+    idx = em.op(f"tensor.expand_shape {dst.ssa} [[0, 1]] output_shape [{m}, 1] : {dst.type} into tensor<{m}x1xi32>", "r")
+    init = em.filled((m,), "i32", -1)
+    name = em.fresh("scatter")
+    em.emit(f"{name} = iree_linalg_ext.scatter dimension_map = [0] unique_indices(false) "
+            f"ins({upd.ssa}, {idx} : {upd.type}, tensor<{m}x1xi32>) outs({init} : {upd.type}) {{")
+    a, b = em.fresh("a"), em.fresh("a")
+    em.emit(f"^bb0({a}: i32, {b}: i32):")
+    em.emit(f"  {name}_max = arith.maxsi {a}, {b} : i32")
+    em.emit(f"  iree_linalg_ext.yield {name}_max : i32")
+    em.emit(f"}} -> {upd.type}")
+    return Value(name, (m,), "i32")
+
+
 @register_lowering(OpKind.MOE_GROUPED_MATMUL)
 def lower_moe_grouped_matmul(ctx: LowerContext, node: NodeDesc) -> None:
     at = node.attrs
@@ -171,6 +217,12 @@ def lower_moe_grouped_matmul(ctx: LowerContext, node: NodeDesc) -> None:
     if at.mode == MOE_MODE_SCATTER:
         ks = _index_vector(ctx, node, "token_ks")
     w_t, t_t = weight.type, token.type
+    # NOTE: SCATTER on GPUs keeps IREE's own 3 dispatches (row -> group map, the inverse of the
+    # destinations by a reduction over the rows, the contraction): IREE 3.13's CUDA codegen failed on an
+    # iree_linalg_ext.scatter inside the contraction's region ("failed to apply fusion + hoisting
+    # patterns"), made apart it gave 5 dispatches, and the reduction inside the region (recomputed per
+    # tile) was 2.4-2.5x slower on the CPU and not done within 280 s on an H100 (4096 rows, K=N=1024)
+    gpu_scatter = at.mode == MOE_MODE_SCATTER and not ctx.policy.is_cpu
 
     def region() -> Value:
         group = row_groups(em, offsets, rows)
@@ -180,7 +232,7 @@ def lower_moe_grouped_matmul(ctx: LowerContext, node: NodeDesc) -> None:
         k_range = (Value(em.filled((k,), "i8", 0), (k,), "i8"), _map(3, "d2"))
         src = None
         if at.mode == MOE_MODE_SCATTER:
-            src = _scatter_sources(em, group, index, ks, at.top_k)
+            src = (_scatter_sources if gpu_scatter else _scattered_sources)(em, group, index, ks, at.top_k)
             ins = [(src, _map(3, "d0")), k_range]
         elif at.mode == MOE_MODE_GATHER:
             ins = [(group, _map(3, "d0")), (index, _map(3, "d0")), k_range]
@@ -227,10 +279,7 @@ def lower_moe_grouped_matmul(ctx: LowerContext, node: NodeDesc) -> None:
 
         return em.generic(fin, (rows, n), out_elem, ["parallel", "parallel"], _map(2, "d0, d1"), finish)
 
-    # NOTE: SCATTER keeps IREE's own dispatches (3): in one region its destination inverse (a reduction
-    # over all rows per output row) is recomputed for every tile: 2.4-2.5x slower on a 2-core CPU
-    # (512 tokens x 2, K=N=256, 8 experts) and not done within 280 s on an H100 (4096 rows, K=N=1024)
-    res = region() if at.mode == MOE_MODE_SCATTER else em.dispatch_region((rows, n), out_elem, region)
+    res = region() if gpu_scatter else em.dispatch_region((rows, n), out_elem, region)
     ctx.define(at.output_uid, em.reshape(res, (1, rows, n)))
 
 
