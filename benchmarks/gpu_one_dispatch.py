@@ -32,18 +32,12 @@ import ml_dtypes  # noqa: E402
 
 import hipdnn_iree as hd  # noqa: E402
 from lowering._emit import Emitter  # noqa: E402
+import gpu_quant  # noqa: E402
+from gpu_quant import RESULTS, record  # noqa: E402  (one results table with gpu_quant's checks)
 
 DT = hd.DataType
 MODE = hd.MoeGroupedMatmulMode
-RESULTS: list[dict] = []
 TIMINGS: list[dict] = []
-
-
-def record(name, ok, **info):
-    row = {"check": name, "result": "PASS" if ok else "FAIL", **info}
-    RESULTS.append(row)
-    print(f"| {name} | {row['result']} | " + ", ".join(f"{k}={v}" for k, v in info.items()) + " |", flush=True)
-    return ok
 
 
 class NoRegions:
@@ -284,9 +278,6 @@ def main(argv=None) -> int:
                                        rounds, burst))
     if "facade" not in skip:
         def facade():
-            import gpu_quant
-            gpu_quant.RESULTS = RESULTS
-            gpu_quant.record = record
             gpu_quant.check_facade_nvfp4(a.device, a.target, gpu_quant.Side(a.device), rng)
         steps.insert(0, facade)
     for step in steps:

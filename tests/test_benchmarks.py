@@ -185,3 +185,21 @@ def test_cudnn_side_by_side_compiles_plans_and_runs_on_the_cpu(tmp_path, monkeyp
         assert r["checks"]["ours_vs_ref"]["ok"] and r["ours_over_torch"] > 0
     md = out_md.read_text()
     assert "989 TFLOP/s" in md and "llama7b_block_bf16" in md and "Geomean ours/cuDNN" in md
+
+
+def test_gpu_one_dispatch_script_runs_on_the_cpu(tmp_path, monkeypatch):
+    """benchmarks/gpu_one_dispatch.py --small on the CPU: every case right against its float64
+    reference, the one-dispatch forms 1 dispatch, the forms they replace more, timings for both."""
+    monkeypatch.syspath_prepend(os.path.join(REPO, "benchmarks"))
+    spec = importlib.util.spec_from_file_location("gpu_one_dispatch", os.path.join(REPO, "benchmarks",
+                                                                                    "gpu_one_dispatch.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "one.json"
+    assert mod.main(["--small", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert [c["result"] for c in res["checks"]] == ["PASS"] * 7
+    for t in res["timings"]:
+        one, other = sorted(t["dispatches"].items(), key=lambda kv: kv[0] not in ("one_dispatch", "ONE_DISPATCH"))
+        assert one[1] == 1 and other[1] > 1, t
+        assert set(t["A"]) == set(t["B"]) == set(t["dispatches"])
