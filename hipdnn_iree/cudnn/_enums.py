@@ -149,6 +149,7 @@ class knob_type(_Enum):
     GPU_PAD_FUSION = 7
     SHAPE_SPECIALIZE = 8
     F32_CONV_MATH = 9
+    DEQUANT_MATMUL = 10
     SPLIT_K = 100
     SWIZZLE = 101
     TILE_SIZE = 102
