@@ -33,7 +33,7 @@ import ml_dtypes  # noqa: E402
 import hipdnn_iree as hd  # noqa: E402
 from lowering._emit import Emitter  # noqa: E402
 import gpu_quant  # noqa: E402
-from gpu_quant import RESULTS, record  # noqa: E402  (one results table with gpu_quant's checks)
+from gpu_quant import record  # noqa: E402  (one results table with gpu_quant's checks)
 
 DT = hd.DataType
 MODE = hd.MoeGroupedMatmulMode
@@ -45,37 +45,23 @@ class NoRegions:
 
     def __enter__(self):
         self.keep = Emitter.dispatch_region
-        Emitter.dispatch_region = lambda em, shape, elem, body: body()
+        Emitter.dispatch_region = lambda em, body: body()
 
     def __exit__(self, *exc):
         Emitter.dispatch_region = self.keep
 
 
-class Buffers:
-    """torch CUDA tensors on a GPU, numpy arrays on the CPU."""
+class Buffers(gpu_quant.Side):
+    """gpu_quant's buffers (torch CUDA tensors on a GPU, numpy arrays on the CPU), with NaN-filled
+    outputs and a device sync."""
 
     def __init__(self, gpu: bool):
-        self.gpu = gpu
-        if gpu:
-            import torch
-            self.torch = torch
-
-    def put(self, a: np.ndarray):
-        a = np.ascontiguousarray(a)
-        if not self.gpu:
-            return a
-        t = self.torch
-        if a.dtype.name.startswith("float8_"):
-            return t.from_numpy(a.view(np.uint8)).cuda().view(getattr(t, a.dtype.name))
-        return t.from_numpy(a).cuda()
+        super().__init__("cuda" if gpu else "local-task")
 
     def out(self, shape, dtype=np.float16):
         if not self.gpu:
             return np.full(shape, np.nan, dtype)
         return self.torch.full(shape, float("nan"), dtype=getattr(self.torch, np.dtype(dtype).name), device="cuda")
-
-    def host(self, b) -> np.ndarray:
-        return np.asarray(b) if not self.gpu else b.float().cpu().numpy()
 
     def sync(self):
         if self.gpu:
@@ -190,7 +176,7 @@ def moe_cases(h, bufs, rng, tokens, k, n, e, rounds, burst):
         for form, g in graphs.items():
             g.execute(h, {**pack, 4: outs[form]})
             bufs.sync()
-            errs[form] = _err(bufs.host(outs[form]), want)
+            errs[form] = _err(bufs.get(outs[form]), want)
         ok = all(v <= 2e-3 for v in errs.values()) and disp["one_dispatch"] == 1
         record(f"moe_{name}_half", ok, tokens=tokens, k=k, n=n, experts=e, dispatches=disp,
                max_rel_err={f: f"{v:.1e}" for f, v in errs.items()}, last_build_s=build_s)
@@ -240,7 +226,7 @@ def deq_cases(h, bufs, rng, m, k, n, rounds, burst):
             outs[form] = bufs.out((1, m, n))
             g.execute(h, {**pack, 4: outs[form]})
             bufs.sync()
-            errs[form] = _err(bufs.host(outs[form]), want)
+            errs[form] = _err(bufs.get(outs[form]), want)
         ok = all(v <= 2e-3 for v in errs.values()) and disp["ONE_DISPATCH"] == 1
         record(f"dequantize_matmul_{name}", ok, mkn=[m, k, n], dispatches=disp,
                max_rel_err={f: f"{v:.1e}" for f, v in errs.items()})
@@ -280,19 +266,8 @@ def main(argv=None) -> int:
         def facade():
             gpu_quant.check_facade_nvfp4(a.device, a.target, gpu_quant.Side(a.device), rng)
         steps.insert(0, facade)
-    for step in steps:
-        try:
-            step()
-        except Exception as e:  # a failing step is a row; the others still run
-            import traceback
-            record(f"error_{len(RESULTS)}", False, error=f"{type(e).__name__}: {e}"[:800],
-                   where=traceback.format_exc()[-800:])
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"info": info, "checks": RESULTS, "timings": TIMINGS}, f, indent=1)
-    failed = [r["check"] for r in RESULTS if r["result"] != "PASS"]
-    print(f"{len(RESULTS) - len(failed)} of {len(RESULTS)} checks passed" + (f"; failed: {failed}" if failed else ""))
-    return 1 if failed else 0
+    gpu_quant.run_steps(steps, clip=800)
+    return gpu_quant.finish(a.json, info, timings=TIMINGS)
 
 
 if __name__ == "__main__":

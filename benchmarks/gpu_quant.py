@@ -392,6 +392,27 @@ def bench(h, side, shapes, rounds=30, burst=10):
     return rows
 
 
+def run_steps(steps, clip: int = 600) -> None:
+    """Runs each step; one that raises becomes a FAIL row and the others still run."""
+    for step in steps:
+        try:
+            step()
+        except Exception as e:
+            import traceback
+            record(f"error_{len(RESULTS)}", False, error=f"{type(e).__name__}: {e}"[:clip],
+                   where=traceback.format_exc()[-clip:])
+
+
+def finish(json_path, info: dict, **extra) -> int:
+    """Writes the checks (and ``extra`` tables) to ``json_path``, prints the tally; the exit status."""
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"info": info, "checks": RESULTS, **extra}, f, indent=1)
+    failed = [r["check"] for r in RESULTS if r["result"] != "PASS"]
+    print(f"{len(RESULTS) - len(failed)} of {len(RESULTS)} checks passed" + (f"; failed: {failed}" if failed else ""))
+    return 1 if failed else 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="local-task")
@@ -409,27 +430,16 @@ def main(argv=None) -> int:
         info.update(torch=side.torch.__version__, gpu=side.torch.cuda.get_device_name())
     rows, cols = (16, 256) if a.small else (256, 2048)
     m, k, n = (32, 128, 48) if a.small else (512, 1024, 768)
-    for step in (lambda: check_quantize(h, side, rows, cols, rng), lambda: check_matmuls(h, side, m, k, n, rng),
-                 lambda: check_custom_op(h, side, a.device, rng),
-                 lambda: check_facade_nvfp4(a.device, a.target, side, rng)):
-        try:
-            step()
-        except Exception as e:  # a failing step is a row, the others still run
-            import traceback
-            record(f"error_{len(RESULTS)}", False, error=f"{type(e).__name__}: {e}"[:600],
-                   where=traceback.format_exc()[-600:])
+    run_steps([lambda: check_quantize(h, side, rows, cols, rng), lambda: check_matmuls(h, side, m, k, n, rng),
+               lambda: check_custom_op(h, side, a.device, rng),
+               lambda: check_facade_nvfp4(a.device, a.target, side, rng)])
     bench_rows = []
     if a.bench and gpu:
         try:
             bench_rows = bench(h, side, [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 4096, 1024)])
         except Exception as e:
             record("bench_error", False, error=f"{type(e).__name__}: {e}"[:600])
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"info": info, "checks": RESULTS, "bench": bench_rows}, f, indent=1)
-    failed = [r["check"] for r in RESULTS if r["result"] != "PASS"]
-    print(f"{len(RESULTS) - len(failed)} of {len(RESULTS)} checks passed" + (f"; failed: {failed}" if failed else ""))
-    return 1 if failed else 0
+    return finish(a.json, info, bench=bench_rows)
 
 
 if __name__ == "__main__":

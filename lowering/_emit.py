@@ -183,28 +183,21 @@ class Emitter:
         self.emit(f"}} -> {out_t}")
         return Value(name, tuple(out_shape), out_elem)
 
-    def dispatch_region(self, out_shape, out_elem: str, body: Callable[[], Value]) -> Value:
+    def dispatch_region(self, body: Callable[[], Value]) -> Value:
         """``flow.dispatch.region`` holding the ops ``body`` emits (it returns the region's result).
 
         IREE makes one dispatch of the region's ops whatever its fusion heuristics would do with them
         alone; they are tiled and fused from the region's root when the dispatch is compiled. Operands
         (reshapes of arguments and the like) belong before the region."""
-        t = tensor_type(out_shape, out_elem)
-        dims = dyn_operands(out_shape)
-        name = self.fresh("region")
-        self.emit(f"{name} = flow.dispatch.region -> ({t}{'{' + dims + '}' if dims else ''}) {{")
-        self._indent += 1
-        v = body()
-        self.emit(f"flow.return {v.ssa} : {v.type}")
-        self._indent -= 1
-        self.emit("}")
-        return Value(name, tuple(out_shape), out_elem)
+        name, start = self.fresh("region"), len(self.lines)
+        return self.wrap_region(start, body(), name)
 
-    def wrap_region(self, start: int, v: Value) -> Value:
-        """The lines emitted since line ``start`` put into a ``flow.dispatch.region`` returning ``v``
-        (see :meth:`dispatch_region`); no other value defined by those lines may be used after them."""
+    def wrap_region(self, start: int, v: Value, name: str | None = None) -> Value:
+        """The lines emitted since line ``start`` put into a ``flow.dispatch.region`` (SSA ``name``, a fresh
+        one by default) returning ``v`` (see :meth:`dispatch_region`); no other value defined by those
+        lines may be used after them."""
         ind = "  " * self._indent
-        name = self.fresh("region")
+        name = name or self.fresh("region")
         dims = dyn_operands(v.shape)
         self.lines[start:] = ([f"{ind}{name} = flow.dispatch.region -> ({v.type}{'{' + dims + '}' if dims else ''}) {{"]
                               + ["  " + line for line in self.lines[start:]]

@@ -15,8 +15,9 @@ SCATTER first inverts the destination map ``dst[r] = token_index[r] * top_k + to
 the same contraction over output rows, reading token row ``src[p]`` and its group.
 
 Backward: ``dweight[g, k, n] = sum over rows r of [offsets[g] <= r < next offset] * token[r, k] *
-doutput[r, n]`` (the rows of group g when the offsets do not decrease), one contraction over ``(g, k, n, r)``: every group's sum reads every row and keeps its own (the
-compute is G times a dense ``token^T doutput``; no group sizes are known when compiling).
+doutput[r, n]`` (the rows of group g when the offsets do not decrease), one contraction over
+``(g, k, n, r)``: every group's sum reads every row and keeps its own (the compute is G times a dense
+``token^T doutput``; no group sizes are known when compiling).
 
 One dispatch per graph on every target but SCATTER's on GPUs: the ops (the row -> group map, the
 contraction and its epilogue; SCATTER's sources) sit in one ``flow.dispatch.region``
@@ -279,7 +280,7 @@ def lower_moe_grouped_matmul(ctx: LowerContext, node: NodeDesc) -> None:
 
         return em.generic(fin, (rows, n), out_elem, ["parallel", "parallel"], _map(2, "d0, d1"), finish)
 
-    res = region() if gpu_scatter else em.dispatch_region((rows, n), out_elem, region)
+    res = region() if gpu_scatter else em.dispatch_region(region)
     ctx.define(at.output_uid, em.reshape(res, (1, rows, n)))
 
 
@@ -323,4 +324,4 @@ def lower_moe_grouped_matmul_bwd(ctx: LowerContext, node: NodeDesc) -> None:
         return em.op(f"arith.addf {s}, {em.op(f'arith.select {hit}, {prod}, {zero} : {acc}')} : {acc}")
 
     out_elem = ctx.out_elem(at.dweight_uid)
-    ctx.define(at.dweight_uid, em.dispatch_region((g, k, n), out_elem, region))
+    ctx.define(at.dweight_uid, em.dispatch_region(region))

@@ -60,7 +60,7 @@ KNOBS = (
     Knob("DEQUANT_MATMUL", (AUTO, "ONE_DISPATCH", "SPLIT"), AUTO,
          "a block_scale_dequantize read only by the matmul after it: one dispatch region with that matmul "
          "(the dequantized operand never written to memory) or IREE's own dispatches (AUTO: SPLIT, the faster "
-         "form measured on the CPU and the H200: benchmarks/gpu_one_dispatch.py)"),
+         "form measured on the CPU and an H100: benchmarks/gpu_one_dispatch.py)"),
     Knob("SHAPE_SPECIALIZE", (AUTO, "ON", "OFF"), AUTO,
          "dynamic-shape plans only: the module also holds the static code of the build shape, run when every "
          "bound tensor has its built dims and strides (AUTO: on for override-shape plans)"),
