@@ -69,12 +69,18 @@ class Buffers(gpu_quant.Side):
 
 
 def timed(bufs: Buffers, fns: dict, rounds: int, burst: int) -> dict:
-    """Medians (ms) of ``rounds`` interleaved bursts per function, two passes."""
+    """Medians (ms) of ``rounds`` interleaved bursts per function, two passes; 5 rounds of single calls
+    when one call of some function took over 50 ms (a slow form would hold the device for minutes)."""
     out = {}
     for passname in ("A", "B"):
+        slowest = 0.0
         for f in fns.values():
+            t0 = time.perf_counter()
             f()
-        bufs.sync()
+            bufs.sync()
+            slowest = max(slowest, time.perf_counter() - t0)
+        if slowest > 0.05:
+            rounds, burst = min(rounds, 5), 1
         times = {k: [] for k in fns}
         for _ in range(rounds):
             for k, f in fns.items():
@@ -198,7 +204,13 @@ def _deq_graph(m, k, n, block, ydt, sdt):
     return g
 
 
-def deq_cases(h, bufs, rng, m, k, n, rounds, burst):
+def deq_cases(h, bufs, rng, m, k, n, rounds, burst, tiles=()):
+    """DEQUANT_MATMUL=ONE_DISPATCH against SPLIT (AUTO), and with each GPU_MATMUL_TILE in ``tiles`` both."""
+    forms = {"SPLIT": {"DEQUANT_MATMUL": "SPLIT"}, "ONE_DISPATCH": {"DEQUANT_MATMUL": "ONE_DISPATCH"},
+             "AUTO": {}}
+    for tile in tiles:
+        for form in ("SPLIT", "ONE_DISPATCH"):
+            forms[f"{form}+{tile}"] = {"DEQUANT_MATMUL": form, "GPU_MATMUL_TILE": tile}
     recipes = [("mxfp8", DT.FP8_E4M3, DT.FP8_E8M0, 32, 448.0), ("nvfp4", DT.FP4_E2M1, DT.FP8_E4M3, 16, 6.0)]
     for name, ydt, sdt, block, vmax in recipes:
         ynp = ml_dtypes.float8_e4m3fn if ydt == DT.FP8_E4M3 else ml_dtypes.float4_e2m1fn
@@ -215,11 +227,11 @@ def deq_cases(h, bufs, rng, m, k, n, rounds, burst):
             wbuf = bufs.put(wv)
         pack = {1: bufs.put(a), 2: wbuf, 3: bufs.put(sv)}
         graphs, disp, outs, errs = {}, {}, {}, {}
-        for form in ("ONE_DISPATCH", "SPLIT"):
+        for form, knobs in forms.items():
             g = _deq_graph(m, k, n, block, ydt, sdt)
             g.validate()
             g.build_operation_graph(h)
-            g.create_execution_plan("IREE_LINALG", {"DEQUANT_MATMUL": form})
+            g.create_execution_plan("IREE_LINALG", knobs)
             g.check_support()
             g.build_plans()
             graphs[form], disp[form] = g, g.get_execution_plan().context.dispatch_count
@@ -227,13 +239,14 @@ def deq_cases(h, bufs, rng, m, k, n, rounds, burst):
             g.execute(h, {**pack, 4: outs[form]})
             bufs.sync()
             errs[form] = _err(bufs.get(outs[form]), want)
-        ok = all(v <= 2e-3 for v in errs.values()) and disp["ONE_DISPATCH"] == 1
+        ok = all(v <= 2e-3 for v in errs.values()) and all(disp[f] == 1 for f in forms if f.startswith("ONE"))
+        name = f"{name}_m{m}"
         record(f"dequantize_matmul_{name}", ok, mkn=[m, k, n], dispatches=disp,
                max_rel_err={f: f"{v:.1e}" for f, v in errs.items()})
         fns = {form: (lambda g=g, form=form: g.execute(h, {**pack, 4: outs[form]})) for form, g in graphs.items()}
         t = timed(bufs, fns, rounds, burst)
         row = {"case": f"dequantize_matmul_{name}", "shape": [m, k, n], "dispatches": disp, **t,
-               "one_over_split": {p: round(t[p]["ONE_DISPATCH"] / t[p]["SPLIT"], 3) for p in t}}
+               "over_split": {p: {f: round(t[p][f] / t[p]["SPLIT"], 3) for f in forms if f != "SPLIT"} for p in t}}
         TIMINGS.append(row)
         print("| time | " + json.dumps(row) + " |", flush=True)
 
@@ -245,6 +258,8 @@ def main(argv=None) -> int:
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--json", default=None)
     ap.add_argument("--skip", default="", help="comma list of parts to skip: moe,deq,facade")
+    ap.add_argument("--deq-rows", default="2048", help="comma list of dequantize-matmul M values (K=N=4096)")
+    ap.add_argument("--deq-tiles", default="64X64_SMEM,128X64_SMEM", help="GPU_MATMUL_TILE values tried with both forms")
     a = ap.parse_args(argv)
     gpu = a.device.startswith(("cuda", "hip"))
     rng = np.random.default_rng(30)
@@ -257,8 +272,10 @@ def main(argv=None) -> int:
     rounds, burst = (5, 2) if a.small else (15, 5)
     steps = []
     if "deq" not in skip:
-        steps.append(lambda: deq_cases(h, bufs, rng, *((32, 128, 48) if a.small else (2048, 4096, 4096)),
-                                       rounds, burst))
+        tiles = tuple(filter(None, a.deq_tiles.split(","))) if gpu else ()
+        for m in ([32] if a.small else [int(v) for v in a.deq_rows.split(",")]):
+            steps.append(lambda m=m: deq_cases(h, bufs, rng, *((m, 128, 48) if a.small else (m, 4096, 4096)),
+                                               rounds, burst, tiles))
     if "moe" not in skip:
         steps.append(lambda: moe_cases(h, bufs, rng, *((64, 32, 48, 5) if a.small else (2048, 1024, 1024, 8)),
                                        rounds, burst))

@@ -75,7 +75,7 @@ fi
 if [ "$what" = onedispatch ]; then
     # issue 30's one-dispatch forms (MoE region, DEQUANT_MATMUL=ONE_DISPATCH) against the split forms, built
     # here (needs .gpu/iree_compiler.tar.xz), and the facade's F8_128x4 NVFP4 matmul
-    python3 benchmarks/gpu_one_dispatch.py --device cuda --target cuda:sm_80 ${ONE_SKIP:+--skip $ONE_SKIP} \
+    python3 benchmarks/gpu_one_dispatch.py --device cuda --target cuda:sm_80 ${ONE_SKIP:+--skip $ONE_SKIP} ${ONE_ARGS:-} \
         --json "$OUT/one_dispatch.json" > "$OUT/one_dispatch.txt" 2>&1
     echo "one_dispatch rc=$?"; cut -c1-900 "$OUT/one_dispatch.txt" | tail -30
 fi

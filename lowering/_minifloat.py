@@ -144,23 +144,25 @@ def encode_value(em: Emitter, v: Value, fmt) -> Value:
 
 def unpack_codes(em: Emitter, v: Value) -> Value:
     """Bytes holding two 4-bit codes each (``[..., n]``, element 2i in byte i's low nibble) as one
-    code per byte (``[..., 2n]``): a broadcast over a new innermost axis of 2, then a collapse."""
+    code per byte (``[..., 2n]``): element j reads byte ``j floordiv 2`` and keeps nibble ``j mod 2``.
+
+    NOTE: one elementwise op over the codes (no reshape after it), so that it tiles with its consumers:
+    unpacked over a new axis of 2 and collapsed, IREE 3.13 could not tile through the collapse inside a
+    dispatch region and staged the whole unpacked tensor in shared memory (cuda:sm_80: 16 MB asked, a
+    compile failure; the DEQUANT_MATMUL=ONE_DISPATCH region of an FP4 weight)."""
     r = len(v.shape)
-    dims = [f"d{i}" for i in range(r + 1)]
+    dims = [f"d{i}" for i in range(r)]
     domain = f"({', '.join(dims)})"
-    in_map = f"affine_map<{domain} -> ({', '.join(dims[:-1])})>"
+    in_map = f"affine_map<{domain} -> ({', '.join(dims[:-1] + [f'd{r - 1} floordiv 2'])})>"
     out_map = f"affine_map<{domain} -> ({', '.join(dims)})>"
 
     def body(a):
-        half = em.op(f"arith.index_cast {em.op(f'linalg.index {r} : index')} : index to i8")
-        shift = em.op(f"arith.muli {half}, {em.const(4, 'i8')} : i8")
+        j = em.op(f"linalg.index {r - 1} : index")
+        odd = em.op(f"arith.remui {j}, {em.const(2, 'index')} : index")
+        shift = em.op(f"arith.muli {em.op(f'arith.index_cast {odd} : index to i8')}, {em.const(4, 'i8')} : i8")
         return em.op(f"arith.andi {em.op(f'arith.shrui {a[0]}, {shift} : i8')}, {em.const(15, 'i8')} : i8")
 
-    pairs = em.generic([(v, in_map)], v.shape + (2,), "i8", ["parallel"] * (r + 1), out_map, body)
-    out = v.shape[:-1] + (2 * v.shape[-1],)
-    reassoc = "[" + ", ".join([f"[{i}]" for i in range(r - 1)] + [f"[{r - 1}, {r}]"]) + "]"
-    name = em.op(f"tensor.collapse_shape {pairs.ssa} {reassoc} : {pairs.type} into {tensor_type(out, 'i8')}", "r")
-    return Value(name, out, "i8")
+    return em.generic([(v, in_map)], v.shape[:-1] + (2 * v.shape[-1],), "i8", ["parallel"] * r, out_map, body)
 
 
 def pack_codes(em: Emitter, v: Value) -> Value:

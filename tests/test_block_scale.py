@@ -276,6 +276,48 @@ def test_dequantize_matmul_one_dispatch_gpu_targets():
     assert {None, "ONE_DISPATCH"} <= offered      # AUTO (= SPLIT, deduplicated) and the region
 
 
+def test_dequantize_matmul_auto_is_one_dispatch_on_cuda():
+    """DEQUANT_MATMUL AUTO: on CUDA a graph of dequantize-matmuls with >= 128 rows takes the region and the
+    128X64_SMEM tile (measured faster there: plugins/iree_linalg/knobs.py); fewer rows, ROCm, the CPU, a
+    user's GPU_MATMUL_TILE, and graphs with other contractions keep IREE's own dispatches. NVFP4 (FP4 bytes
+    unpacked inside the region) compiles too: unpacked through a reshape it asked for more shared memory
+    than the GPU has."""
+    from hipdnn_iree.plugins.iree_linalg.knobs import DEQUANT_MATMUL_TILE, NO_REDUCTION_DISTRIBUTION_FLAG
+
+    def build(target, m, knobs=None, recipe=RECIPES[0]):
+        ydt, sdt, block = recipe
+        g = _deq_matmul(m, 512, 256, block, ydt, sdt, io=DT.HALF)
+        g.validate()
+        g.build_operation_graph(hd.create_handle(device=None, target=target))
+        g.create_execution_plan("IREE_LINALG", knobs or {})
+        g.check_support()
+        g.build_plans()
+        ctx = g.get_execution_plan().context
+        return ctx.dispatch_count, " ".join(ctx.compile_flags)
+
+    for recipe in (RECIPES[0], RECIPES[2]):
+        n, flags = build("cuda:sm_80", 256, recipe=recipe)
+        assert n == 1 and DEQUANT_MATMUL_TILE in flags and NO_REDUCTION_DISTRIBUTION_FLAG in flags, (recipe, flags)
+    assert build("cuda:sm_80", 64)[0] == 2                                   # fewer rows than 128
+    assert build("cuda:sm_80", 256, {"GPU_MATMUL_TILE": "64X64_SMEM"})[0] == 2   # the user's tile
+    assert build("rocm:gfx942", 256)[0] == 2
+    assert build("llvm-cpu", 256)[0] > 1
+
+
+def test_dequant_matmul_rows_summary():
+    from hipdnn_iree.plugins.iree_linalg.knobs import GraphSummary
+    from graph_ir.desc import decode_graph
+
+    def summary(g):
+        g.validate()
+        g.build_operation_graph(hd.create_handle(device=None, target="cuda:sm_80"))
+        return GraphSummary.of(decode_graph(g.get_op_graph_bytes()))
+    assert summary(_deq_matmul(200, 64, 48, 32, DT.FP8_E4M3, DT.FP8_E8M0)).dequant_matmul_rows == 200
+    g = _deq_matmul(200, 64, 48, 32, DT.FP8_E4M3, DT.FP8_E8M0)     # and a matmul of plain weights
+    g.matmul(g.tensor(name="x", uid=5, dim=[1, 8, 64]), g.tensor(name="w", uid=6, dim=[1, 64, 16])).set_output(True).set_uid(7)
+    assert summary(g).dequant_matmul_rows is None
+
+
 @pytest.mark.parametrize("ydt, sdt, block", RECIPES, ids=lambda v: getattr(v, "name", str(v)))
 def test_reference_engine_agrees(cpu, rng, ydt, sdt, block):
     # the NUMPY_REFERENCE engine (its own code, plugins/numpy_reference/block_scale.py) gives the same

@@ -403,10 +403,40 @@ def test_gpu_compile(target):
         assert ctx.dispatch_count == 1
         # the forward compiles without IREE's GPU reduction vector distribution (knobs.py, "gather")
         assert (NO_REDUCTION_DISTRIBUTION_FLAG in ctx.compile_flags) == forward
-    # SCATTER on GPUs: the sources by a reduction in a dispatch of its own (lowering/ops/moe.py)
+    # SCATTER on GPUs: the rows' products scattered to their slots by the region's root (lowering/ops/moe.py)
     g, _ = forward_graph(2 * m, k, n, e, H, mode=SCATTER, top_k=2)()
     g.build(h)
-    assert g.get_execution_plan().context.dispatch_count == 3
+    assert g.get_execution_plan().context.dispatch_count == 1
+    assert "unique_indices(true)" in g.get_execution_plan().context.mlir
+
+
+@pytest.mark.parametrize("dt", [F, H], ids=lambda d: d.name)
+def test_gpu_scatter_form_on_the_cpu(rng, dt):
+    """The SCATTER lowering GPU targets get (rows multiplied in their own order, then scattered), compiled
+    for this CPU and run by the IREE runtime: right against the per-expert loop, for routings with an
+    empty expert, a one-row expert and a row in no expert (its slot stays zero)."""
+    import iree.compiler.tools as tools
+    import iree.runtime as rt
+    tokens, top_k, k, n, e = 24, 2, 20, 12, 4
+    m = tokens * top_k
+    g, _ = forward_graph(m, k, n, e, dt, mode=SCATTER, top_k=top_k)()
+    mlir = g.get_mlir(target="cuda:sm_80")
+    assert "unique_indices(true)" in mlir and mlir != g.get_mlir(target="llvm-cpu")
+    vmfb = tools.compile_str(mlir, target_backends=["llvm-cpu"], extra_args=["--iree-llvmcpu-target-cpu=host"])
+    ctx = rt.SystemContext(config=rt.Config("local-task"))
+    ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
+    token = rng.standard_normal((1, m, k)).astype(NP[dt])
+    weight = rng.standard_normal((e, k, n)).astype(NP[dt])
+    for offsets in ([0, 10, 10, 11], [3, 3, 4, 30]):
+        slot = rng.permutation(m)
+        index, ks = (slot // top_k).astype(np.int32).reshape(1, m, 1), (slot % top_k).astype(np.int32).reshape(1, m, 1)
+        out = np.full((1, m, n), np.nan, NP[dt])
+        # argument order: the module's signature (token, weight, offsets, output, token_index, token_ks)
+        got = np.asarray(ctx.modules.module.main(token, weight, _offsets(offsets), out, index, ks).to_host())
+        want = expert_loop(token, weight, offsets, SCATTER, top_k, index, ks)
+        _close(got, want, dt, f"offsets {offsets}")
+        if offsets[0] > 0:
+            assert np.all(got[0, slot[:offsets[0]]] == 0)
 
 
 # -- cuDNN FE's API ------------------------------------------------------------------------------

@@ -10,22 +10,23 @@ Forward, one contraction over ``(row, n, k)`` accumulating in the compute type (
 float type is set): its body reads the row's group, and with ``tensor.extract`` the weight of
 that group's expert ``weight[group % E, k, n]`` (and, GATHER, the token row ``token_index[r]``);
 an elementwise epilogue zeroes rows that no group holds and rounds once to the output type.
-SCATTER first inverts the destination map ``dst[r] = token_index[r] * top_k + token_ks[r]``
-(``src[p] = max{r : dst[r] = p}``, a reduction over the rows; -1: no row writes p), then runs
-the same contraction over output rows, reading token row ``src[p]`` and its group.
+SCATTER writes row r to output row ``dst[r] = token_index[r] * top_k + token_ks[r]``. On the CPU the
+destinations are inverted first (``src[p] = max{r : dst[r] = p}``, by ``iree_linalg_ext.scatter``;
+-1: no row writes p) and the contraction runs over output rows, reading token row ``src[p]`` and its
+group; on GPUs the contraction runs over the rows in their own order (as NONE) and an
+``iree_linalg_ext.scatter`` writes its rows to ``dst`` in the zeroed output.
 
 Backward: ``dweight[g, k, n] = sum over rows r of [offsets[g] <= r < next offset] * token[r, k] *
 doutput[r, n]`` (the rows of group g when the offsets do not decrease), one contraction over
 ``(g, k, n, r)``: every group's sum reads every row and keeps its own (the compute is G times a dense
 ``token^T doutput``; no group sizes are known when compiling).
 
-One dispatch per graph on every target but SCATTER's on GPUs: the ops (the row -> group map, the
-contraction and its epilogue; SCATTER's sources) sit in one ``flow.dispatch.region``
+One dispatch per graph on every target: the ops (the row -> group map, the contraction and its
+epilogue; SCATTER's inverse or scatter) sit in one ``flow.dispatch.region``
 (``Emitter.dispatch_region``), which IREE compiles as one dispatch, tiling and fusing the map into the
-contraction's tiles (llvm-cpu, cuda:sm_80, rocm:gfx942: tests/test_moe.py); left to its heuristics IREE
-3.13 makes 2 (it fuses no producer into a contraction's dispatch). SCATTER's sources (the row read by
-each output row) come from ``iree_linalg_ext.scatter`` (O(M)) on the CPU, inside the region; on GPUs
-from a reduction over the rows in a dispatch of its own (see lower_moe_grouped_matmul: 3 dispatches).
+contraction's tiles, or on GPUs, SCATTER, everything into the scatter's tiles (llvm-cpu, cuda:sm_80,
+rocm:gfx942: tests/test_moe.py); left to its heuristics IREE 3.13 makes 2 (it fuses no producer into
+a contraction's dispatch).
 Measured (benchmarks/gpu_one_dispatch.py, H100, HALF, 2048 tokens, K=N=1024, 8 experts): NONE 0.91x
 and GATHER 0.89x the time of the 2-dispatch form, the backward equal; on a 2-core CPU all equal, SCATTER
 included. NOTE: the binary search inside the contraction's body (another one-dispatch form) runs for
@@ -34,14 +35,16 @@ On GPUs the forward needs IREE's reduction vector-distribution pipeline off (the
 plugins/iree_linalg/knobs.py).
 
 Execute-time data the routing contract excludes (decreasing offsets, indices out of range,
-two rows scattering to one slot) does not fault: indices are clamped for the loads and such rows
-give zeros; a slot two rows scatter to gets the later row. The numpy reference refuses such data.
+two rows scattering to one slot) does not fault: indices are clamped for the loads and stores and
+such rows give zeros (on GPUs, SCATTER, a row whose slot is out of range writes the clamped slot); a
+slot two rows scatter to gets the later row on the CPU, one of them on GPUs. The numpy reference
+refuses such data.
 """
 from __future__ import annotations
 
 import math
 
-from graph_ir.desc import MOE_MODE_GATHER, MOE_MODE_SCATTER, GraphError, NodeDesc, OpKind
+from graph_ir.desc import MOE_MODE_GATHER, MOE_MODE_NONE, MOE_MODE_SCATTER, GraphError, NodeDesc, OpKind
 from graph_ir.dtypes import data_type_name
 from graph_ir.ops._moe import check_moe, check_moe_backward
 from lowering._context import LowerContext
@@ -134,48 +137,53 @@ def row_groups(em: Emitter, offsets: Value, rows: int) -> Value:
     return em.generic([], (rows,), "i32", ["parallel"], _map(1, "d0"), body)
 
 
-def _scatter_sources(em: Emitter, group: Value, index: Value, ks: Value, top_k: int) -> Value:
-    """``src[p] = max{r : group[r] >= 0 and index[r] * top_k + ks[r] = p}`` (-1: none): i32 ``[M]``."""
-    m = group.shape[0]
-    init = em.filled((m,), "i32", -1)
+def _slot(em: Emitter, i: str, k: str, index: Value, ks: Value, top_k: int) -> str:
+    """Output row ``index[r] * top_k + ks[r]`` of a routed row (i64; ``i``, ``k`` its index and k)."""
+    scaled = em.op(f"arith.muli {_i64(em, i, index.elem)}, {em.const(top_k, 'i64')} : i64")
+    return em.op(f"arith.addi {scaled}, {_i64(em, k, ks.elem)} : i64")
 
+
+def _slots(em: Emitter, index: Value, ks: Value, top_k: int, rows: int) -> str:
+    """Each row's output row clamped to ``[0, rows)``, as the ``[rows, 1]`` i32 indices of an
+    ``iree_linalg_ext.scatter``."""
     def body(a):
-        e, i, k, acc = a
-        p = em.op(f"arith.index_cast {em.op('linalg.index 0 : index')} : index to i64")
-        r = em.op(f"arith.index_cast {em.op('linalg.index 1 : index')} : index to i32")
-        kk = em.const(top_k, "i64")
-        scaled = em.op(f"arith.muli {_i64(em, i, index.elem)}, {kk} : i64")
-        dst = em.op(f"arith.addi {scaled}, {_i64(em, k, ks.elem)} : i64")
-        routed = em.op(f"arith.cmpi sge, {e}, {em.const(0, 'i32')} : i32")
-        hit = em.op(f"arith.andi {em.op(f'arith.cmpi eq, {dst}, {p} : i64')}, {routed} : i1")
-        none = em.const(-1, "i32")
-        return em.op(f"arith.maxsi {acc}, {em.op(f'arith.select {hit}, {r}, {none} : i32')} : i32")
-
-    return em.generic([(group, _map(2, "d1")), (index, _map(2, "d1")), (ks, _map(2, "d1"))], (m,), "i32",
-                      ["parallel", "reduction"], _map(2, "d0"), body, init=init)
-
-
-def _scattered_sources(em: Emitter, group: Value, index: Value, ks: Value, top_k: int) -> Value:
-    """:func:`_scatter_sources`'s ``src`` written by ``iree_linalg_ext.scatter``: each routed row r
-    stores r at its slot ``index[r] * top_k + ks[r]`` (combined by max: the later row wins a slot);
-    rows in no group, or whose slot is outside the output, store -1 (at a clamped slot, changing
-    nothing). O(M) where the reduction is O(M^2)."""
-    m = group.shape[0]
-
-    def slot(i, k):
-        kk = em.const(top_k, "i64")
-        scaled = em.op(f"arith.muli {_i64(em, i, index.elem)}, {kk} : i64")
-        return em.op(f"arith.addi {scaled}, {_i64(em, k, ks.elem)} : i64")
-
-    def dst_body(a):
-        d = slot(a[0], a[1])
-        lo, hi = em.const(0, "i64"), em.const(m - 1, "i64")
+        d = _slot(em, a[0], a[1], index, ks, top_k)
+        lo, hi = em.const(0, "i64"), em.const(rows - 1, "i64")
         c = em.op(f"arith.minsi {em.op(f'arith.maxsi {d}, {lo} : i64')}, {hi} : i64")
         return em.op(f"arith.trunci {c} : i64 to i32")
 
+    ident = _map(1, "d0")
+    dst = em.generic([(index, ident), (ks, ident)], (rows,), "i32", ["parallel"], ident, body)
+    return em.op(f"tensor.expand_shape {dst.ssa} [[0, 1]] output_shape [{rows}, 1] : {dst.type} "
+                 f"into tensor<{rows}x1xi32>", "r")
+
+
+def _scatter(em: Emitter, updates: Value, indices: str, into: str, unique: bool, combine) -> Value:
+    """``iree_linalg_ext.scatter`` of the rows of ``updates`` to the rows ``indices`` of ``into``;
+    ``combine(new, old)`` gives a written element."""
+    name = em.fresh("scatter")
+    em.emit(f"{name} = iree_linalg_ext.scatter dimension_map = [0] unique_indices({str(unique).lower()}) "
+            f"ins({updates.ssa}, {indices} : {updates.type}, tensor<{updates.shape[0]}x1xi32>) "
+            f"outs({into} : {updates.type}) {{")
+    a, b = em.fresh("a"), em.fresh("a")
+    em.emit(f"^bb0({a}: {updates.elem}, {b}: {updates.elem}):")
+    em._indent += 1
+    em.emit(f"iree_linalg_ext.yield {combine(a, b)} : {updates.elem}")
+    em._indent -= 1
+    em.emit(f"}} -> {updates.type}")
+    return Value(name, updates.shape, updates.elem)
+
+
+def _scattered_sources(em: Emitter, group: Value, index: Value, ks: Value, top_k: int) -> Value:
+    """``src[p] = max{r : group[r] >= 0 and index[r] * top_k + ks[r] = p}`` (-1: no row writes p), i32
+    ``[M]``, by ``iree_linalg_ext.scatter`` (O(M)): each routed row r stores r at its output row,
+    combined by max (the later row wins a slot); rows in no group, or whose output row is outside
+    the output, store -1 (at a clamped slot, changing nothing)."""
+    m = group.shape[0]
+
     def upd_body(a):
         e, i, k = a[0], a[1], a[2]
-        d = slot(i, k)
+        d = _slot(em, i, k, index, ks, top_k)
         r = em.op(f"arith.index_cast {em.op('linalg.index 0 : index')} : index to i32")
         z64, m64, z32, none = em.const(0, "i64"), em.const(m, "i64"), em.const(0, "i32"), em.const(-1, "i32")
         inside = em.op(f"arith.andi {em.op(f'arith.cmpi sge, {d}, {z64} : i64')}, "
@@ -184,19 +192,9 @@ def _scattered_sources(em: Emitter, group: Value, index: Value, ks: Value, top_k
         return em.op(f"arith.select {ok}, {r}, {none} : i32")
 
     ident = _map(1, "d0")
-    dst = em.generic([(index, ident), (ks, ident)], (m,), "i32", ["parallel"], ident, dst_body)
     upd = em.generic([(group, ident), (index, ident), (ks, ident)], (m,), "i32", ["parallel"], ident, upd_body)
-    idx = em.op(f"tensor.expand_shape {dst.ssa} [[0, 1]] output_shape [{m}, 1] : {dst.type} into tensor<{m}x1xi32>", "r")
-    init = em.filled((m,), "i32", -1)
-    name = em.fresh("scatter")
-    em.emit(f"{name} = iree_linalg_ext.scatter dimension_map = [0] unique_indices(false) "
-            f"ins({upd.ssa}, {idx} : {upd.type}, tensor<{m}x1xi32>) outs({init} : {upd.type}) {{")
-    a, b = em.fresh("a"), em.fresh("a")
-    em.emit(f"^bb0({a}: i32, {b}: i32):")
-    em.emit(f"  {name}_max = arith.maxsi {a}, {b} : i32")
-    em.emit(f"  iree_linalg_ext.yield {name}_max : i32")
-    em.emit(f"}} -> {upd.type}")
-    return Value(name, (m,), "i32")
+    return _scatter(em, upd, _slots(em, index, ks, top_k, m), em.filled((m,), "i32", -1), False,
+                    lambda new, old: em.op(f"arith.maxsi {new}, {old} : i32"))
 
 
 @register_lowering(OpKind.MOE_GROUPED_MATMUL)
@@ -218,40 +216,49 @@ def lower_moe_grouped_matmul(ctx: LowerContext, node: NodeDesc) -> None:
     if at.mode == MOE_MODE_SCATTER:
         ks = _index_vector(ctx, node, "token_ks")
     w_t, t_t = weight.type, token.type
-    # NOTE: SCATTER on GPUs keeps IREE's own 3 dispatches (row -> group map, the inverse of the
-    # destinations by a reduction over the rows, the contraction): IREE 3.13's CUDA codegen failed on an
-    # iree_linalg_ext.scatter inside the contraction's region ("failed to apply fusion + hoisting
-    # patterns"), made apart it gave 5 dispatches, and the reduction inside the region (recomputed per
-    # tile) was 2.4-2.5x slower on the CPU and not done within 280 s on an H100 (4096 rows, K=N=1024)
-    gpu_scatter = at.mode == MOE_MODE_SCATTER and not ctx.policy.is_cpu
+    # SCATTER: on the CPU each output row p reads its source row src[p] (the rows' slots inverted by an
+    # iree_linalg_ext.scatter of row numbers) in the contraction; on GPUs the rows are multiplied in
+    # their own order and the result rows scattered to their slots by an iree_linalg_ext.scatter, the
+    # region's root, into the zeroed output.
+    # NOTE: IREE 3.13's CUDA codegen failed on the CPU form ("failed to apply fusion + hoisting
+    # patterns": the scatter producing src is not fusable into the contraction's tiles), and on the GPU
+    # form too with unique_indices(false) (the contraction is then the root and the scatter, a consumer,
+    # is not fused); with unique_indices(true) the scatter is the root and the rest is fused into its
+    # tiles (one TileAndFuse dispatch). On the CPU the GPU form measured 41-42 ms against 35-40 (HALF,
+    # 1024 rows, K=N=256, 8 experts): kept apart.
+    rows_scattered = at.mode == MOE_MODE_SCATTER and not ctx.policy.is_cpu
+    in_order = at.mode == MOE_MODE_NONE or rows_scattered
+    # NOTE: the zeroed output is made outside the region (IREE fills it without a dispatch); made inside,
+    # every tile of the scatter wrote a whole zeroed output of its own (the result: zeros but for one tile)
+    zeroed = em.filled((rows, n), out_elem, 0.0) if rows_scattered else None
 
     def region() -> Value:
         group = row_groups(em, offsets, rows)
-        # per output row: what its group (and, GATHER/SCATTER, its token row) is read from
+        # per output row: what its group (and, GATHER/SCATTER on the CPU, its token row) is read from
         # NOTE: GATHER and SCATTER read the token through tensor.extract; a filled [K] operand gives the
         # contraction its k range (linalg derives each loop's size from an operand indexed by it)
         k_range = (Value(em.filled((k,), "i8", 0), (k,), "i8"), _map(3, "d2"))
         src = None
-        if at.mode == MOE_MODE_SCATTER:
-            src = (_scatter_sources if gpu_scatter else _scattered_sources)(em, group, index, ks, at.top_k)
-            ins = [(src, _map(3, "d0")), k_range]
-        elif at.mode == MOE_MODE_GATHER:
-            ins = [(group, _map(3, "d0")), (index, _map(3, "d0")), k_range]
-        else:
+        if in_order:
             ins = [(group, _map(3, "d0")), (token, _map(3, "d0, d2"))]
+        elif at.mode == MOE_MODE_SCATTER:
+            src = _scattered_sources(em, group, index, ks, at.top_k)
+            ins = [(src, _map(3, "d0")), k_range]
+        else:
+            ins = [(group, _map(3, "d0")), (index, _map(3, "d0")), k_range]
 
         def body(a):
             nn, kk = em.op("linalg.index 1 : index"), em.op("linalg.index 2 : index")
-            if at.mode == MOE_MODE_SCATTER:
+            if in_order:
+                grp, t = a[0], a[1]
+            elif at.mode == MOE_MODE_SCATTER:
                 s = _clamp_index(em, a[0], "i32", m - 1)
                 grp = em.op(f"tensor.extract {group.ssa}[{s}] : {group.type}")
                 t = em.op(f"tensor.extract {token.ssa}[{s}, {kk}] : {t_t}")
-            elif at.mode == MOE_MODE_GATHER:
+            else:
                 grp = a[0]
                 s = _clamp_index(em, a[1], index.elem, m - 1)
                 t = em.op(f"tensor.extract {token.ssa}[{s}, {kk}] : {t_t}")
-            else:
-                grp, t = a[0], a[1]
             zero, experts = em.const(0, "i32"), em.const(e, "i32")
             ex = em.op(f"arith.remsi {em.op(f'arith.maxsi {grp}, {zero} : i32')}, {experts} : i32")
             ei = em.op(f"arith.index_cast {ex} : i32 to index")
@@ -259,11 +266,14 @@ def lower_moe_grouped_matmul(ctx: LowerContext, node: NodeDesc) -> None:
             prod = em.op(f"arith.mulf {em.cast(t, token.elem, acc)}, {em.cast(w, weight.elem, acc)} : {acc}")
             return em.op(f"arith.addf {a[-1]}, {prod} : {acc}")
 
+        # NOTE: -0.0 (the same sums) keeps the accumulator's fill apart from the zeroed output when both are
+        # f32: with 0.0 the two were merged and the module failed to compile ("write affecting operations
+        # on global resources are restricted to workgroup distributed contexts", llvm-cpu)
         summed = em.generic(ins, (rows, n), acc, ["parallel", "parallel", "reduction"], _map(3, "d0, d1"), body,
-                            init=em.filled((rows, n), acc, 0.0))
+                            init=em.filled((rows, n), acc, -0.0 if rows_scattered else 0.0))
 
         # rows no group holds (and GATHER rows reading no token row, SCATTER slots no row writes): zero
-        fin = [(summed, _map(2, "d0, d1")), ((src if at.mode == MOE_MODE_SCATTER else group), _map(2, "d0"))]
+        fin = [(summed, _map(2, "d0, d1")), ((group if src is None else src), _map(2, "d0"))]
         if at.mode == MOE_MODE_GATHER:
             fin.append((index, _map(2, "d0")))
 
@@ -278,9 +288,14 @@ def lower_moe_grouped_matmul(ctx: LowerContext, node: NodeDesc) -> None:
             v = em.op(f"arith.select {ok}, {a[0]}, {em.const(0.0, acc)} : {acc}")
             return em.cast(v, acc, out_elem)
 
-        return em.generic(fin, (rows, n), out_elem, ["parallel", "parallel"], _map(2, "d0, d1"), finish)
+        out = em.generic(fin, (rows, n), out_elem, ["parallel", "parallel"], _map(2, "d0, d1"), finish)
+        if rows_scattered:
+            # NOTE: unique_indices(true) is the routing contract (every row its own slot); rows breaking it
+            # write one of their values (no fault)
+            out = _scatter(em, out, _slots(em, index, ks, at.top_k, rows), zeroed, True, lambda new, old: new)
+        return out
 
-    res = region() if gpu_scatter else em.dispatch_region(region)
+    res = em.dispatch_region(region)
     ctx.define(at.output_uid, em.reshape(res, (1, rows, n)))
 
 

@@ -59,14 +59,18 @@ KNOBS = (
          "for FLOAT convolutions on NVIDIA GPUs (AUTO: IEEE; the cuDNN facade picks TF32 on CUDA)"),
     Knob("DEQUANT_MATMUL", (AUTO, "ONE_DISPATCH", "SPLIT"), AUTO,
          "a block_scale_dequantize read only by the matmul after it: one dispatch region with that matmul "
-         "(the dequantized operand never written to memory) or IREE's own dispatches (AUTO: SPLIT, the faster "
-         "form measured on the CPU and an H100: benchmarks/gpu_one_dispatch.py)"),
+         "(the dequantized operand never written to memory) or IREE's own dispatches (AUTO: ONE_DISPATCH with "
+         "the 128X64_SMEM matmul tile on CUDA for graphs of dequantize-matmuls with at least 128 rows, SPLIT "
+         "elsewhere: the faster forms measured on an H200 and a 2-core CPU, benchmarks/gpu_one_dispatch.py)"),
     Knob("SHAPE_SPECIALIZE", (AUTO, "ON", "OFF"), AUTO,
          "dynamic-shape plans only: the module also holds the static code of the build shape, run when every "
          "bound tensor has its built dims and strides (AUTO: on for override-shape plans)"),
 )
 KNOB_NAMES = tuple(k.name for k in KNOBS)
 IM2COL_FLAG = CPU_CONV1D_FLAGS[0]
+# DEQUANT_MATMUL AUTO on CUDA: one dispatch region with this tile from this many matmul rows (M) up
+DEQUANT_MATMUL_TILE = "128X64_SMEM"
+DEQUANT_MATMUL_ROWS = 128
 NO_REDUCTION_DISTRIBUTION_FLAG = "--iree-codegen-llvmgpu-use-reduction-vector-distribution=false"
 PAD_FUSION_FLAG = "--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops"
 
@@ -169,6 +173,25 @@ def tile_spec_flag(tile: str | None, conv_tile: str | None = None) -> str:
     return f"--iree-codegen-transform-dialect-library={path}@__kernel_config"
 
 
+def _dequant_matmul_rows(desc: GraphDesc) -> int | None:
+    """:attr:`GraphSummary.dequant_matmul_rows`: the graphs of block-scaled weights times activations
+    (plus elementwise ops), whose every contraction is a dequantize-matmul."""
+    dequantized = {n.attrs.y_uid for n in desc.nodes if "dequantize" in OPS[n.kind].traits
+                   and desc.tensor(n.attrs.y_uid).data_type == DataType.FLOAT}
+    rows = []
+    for n in desc.nodes:
+        traits = OPS[n.kind].traits
+        if "dequantize" in traits or "elementwise" in traits:
+            continue
+        if "contraction" not in traits or not (set(n.attrs.inputs()) & dequantized):
+            return None
+        dims = desc.tensor(n.attrs.inputs()[0]).dims   # the matmul's a: [..., M, K]
+        if len(dims) < 2 or not isinstance(dims[-2], int):
+            return None
+        rows.append(dims[-2])
+    return min(rows) if rows else None
+
+
 @dataclass(frozen=True)
 class GraphSummary:
     """What the knob rules look at in a graph. The rules ask about op traits (``graph_ir.opdef``:
@@ -179,6 +202,9 @@ class GraphSummary:
     conv_ranks: tuple
     f32_only: bool
     int_conv: bool = False   # a conv_fprop with an INT8/UINT8 operand
+    # the fewest rows (M) of a matmul when every node is a matmul reading a FLOAT block_scale_dequantize
+    # output, that dequantize or an elementwise op; None otherwise (see DEQUANT_MATMUL_ROWS)
+    dequant_matmul_rows: int | None = None
 
     @classmethod
     def of(cls, desc: GraphDesc) -> "GraphSummary":
@@ -191,7 +217,7 @@ class GraphSummary:
         int_conv = any(desc.tensor(n.attrs.x_uid).data_type in ints or desc.tensor(n.attrs.w_uid).data_type in ints
                        for n in fprops)
         return cls(frozenset(n.kind for n in desc.nodes), DataType.DOUBLE in types or DataType.DOUBLE in computes,
-                   conv_ranks, not any(t in low for t in types + computes), int_conv)
+                   conv_ranks, not any(t in low for t in types + computes), int_conv, _dequant_matmul_rows(desc))
 
     @property
     def traits(self) -> frozenset:
@@ -230,7 +256,15 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
         last = layout == "CHANNELS_LAST"
         policy = policy.with_(conv_channels_last=last, conv3d_as_2d=last, dgrad_channels_last=last,
                               wgrad_channels_last=last, grouped_channels_last=last)
-    if get("DEQUANT_MATMUL") == "ONE_DISPATCH" and "dequantize" in traits and "contraction" in traits:
+    dq = get("DEQUANT_MATMUL")
+    # NOTE: AUTO is ONE_DISPATCH for CUDA graphs of dequantize-matmuls with at least DEQUANT_MATMUL_ROWS rows
+    # (with the 128X64_SMEM tile below) and SPLIT elsewhere; measured on an H200 (benchmarks/gpu_one_dispatch.py,
+    # docs/gpu_results/gpu_one_dispatch_h200.json) and a 2-core CPU (ONE_DISPATCH 5.9x slower there)
+    rows = summary.dequant_matmul_rows
+    if dq == AUTO and target.backend == "cuda" and rows is not None and rows >= DEQUANT_MATMUL_ROWS \
+            and get("GPU_MATMUL_TILE") == AUTO:
+        dq = "ONE_DISPATCH"
+    if dq == "ONE_DISPATCH" and "dequantize" in traits and "contraction" in traits:
         policy = policy.with_(dequant_matmul_region=True)
     flags = [DOUBLE_FLAG] if summary.has_double else []
     if not cpu:
@@ -277,6 +311,11 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
         # MoE grouped matmul; cuda:sm_80 at every size tried, rocm:gfx942 from 256x256x512 up); the
         # graphs that have one compile with IREE's other GPU pipelines (compile-tested, tests/test_moe.py)
         flags.append(NO_REDUCTION_DISTRIBUTION_FLAG)
+    elif not cpu and policy.dequant_matmul_region:
+        # NOTE: with the dequantization in its region IREE 3.13 gave the matmul its reduction
+        # vector-distribution config (one 32-thread workgroup per output element: 140x slower than SPLIT
+        # on an H100); without that pipeline it takes TileAndFuse, as the split matmul does
+        flags.append(NO_REDUCTION_DISTRIBUTION_FLAG)
     if get("OPT_LEVEL") != AUTO:
         flags.append(f"--iree-opt-level={get('OPT_LEVEL')}")
     if not cpu and get("GPU_PAD_FUSION") == "ON" and summary.has_conv:
@@ -284,6 +323,11 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
     # NOTE: the plain tiles only for graphs with a matmul op (as measured); the _SMEM ones also for conv
     # graphs, whose 1x1 convs IREE turns into (B,) M, N, K contractions
     mm_tile = get("GPU_MATMUL_TILE")
+    if mm_tile == AUTO and target.backend == "cuda" and policy.dequant_matmul_region and rows is not None:
+        # NOTE: the region's f16 x f32 matmul with IREE's own config ran 2.1x (MXFP8) and 4.4x (NVFP4) slower
+        # than SPLIT on an H200 ([2048x4096x4096]); with this tile 0.87x and 0.82x (6.7x and 6.3x faster than
+        # SPLIT's default), and faster than SPLIT with the same tile (2.7 vs 3.1 ms, 2.9 vs 3.6 ms)
+        mm_tile = DEQUANT_MATMUL_TILE
     mm_tile = None if mm_tile == AUTO or not ("contraction" in traits or (mm_tile.endswith("_SMEM") and summary.has_conv)) \
         else mm_tile
     conv_tile = get("GPU_CONV_TILE") if get("GPU_CONV_TILE") != AUTO and "conv_fprop" in traits else None
