@@ -304,6 +304,77 @@ def test_dequantize_matmul_auto_is_one_dispatch_on_cuda():
     assert build("llvm-cpu", 256)[0] > 1
 
 
+def _both_dequantized(m, k, n, block, ydt, sdt, io=DT.FLOAT):
+    """dequantize(aq [1, m, k], as_ [1, m, k / block]) @ dequantize(wq [1, k, n], ws [1, k / block, n]):
+    uids aq 1, as 2, wq 3, ws 4, out 5."""
+    g = hd.Graph(io_data_type=io, compute_data_type=DT.FLOAT)
+    aq = g.tensor(name="aq", uid=1, dim=[1, m, k], data_type=ydt)
+    as_ = g.tensor(name="as", uid=2, dim=[1, m, k // block], data_type=sdt)
+    wq = g.tensor(name="wq", uid=3, dim=[1, k, n], data_type=ydt)
+    ws = g.tensor(name="ws", uid=4, dim=[1, k // block, n], data_type=sdt)
+    a = g.block_scale_dequantize(aq, as_, [1, 1, block])
+    g.matmul(a, g.block_scale_dequantize(wq, ws, [1, block, 1])).set_output(True).set_uid(5)
+    return g
+
+
+def _scales(rng, shape, sdt):
+    return (np.exp2(rng.integers(-3, 3, shape).astype(np.float64)) *
+            (rng.random(shape) + 0.5 if sdt == DT.FP8_E4M3 else 1.0)).astype(NP[sdt])
+
+
+@pytest.mark.parametrize("ydt, sdt, block", [RECIPES[0], RECIPES[2]], ids=["MXFP8", "NVFP4"])
+def test_both_operands_dequantized_in_one_dispatch(cpu, rng, ydt, sdt, block):
+    """Both matmul operands block-scaled (cuDNN's MXFP8/NVFP4 matmul): with ONE_DISPATCH both
+    dequantizations and the matmul make one region (1 dispatch), the numbers of SPLIT and of a float64
+    reference; for CUDA too (compiled). AUTO keeps such graphs on SPLIT for CUDA (not run on a GPU)."""
+    m, k, n = 24, 4 * block, 40
+    vmax = VMAX[ydt]
+    aq = np.clip(rng.standard_normal((1, m, k)) * vmax / 3, -vmax, vmax).astype(NP[ydt])
+    wq = np.clip(rng.standard_normal((1, k, n)) * vmax / 3, -vmax, vmax).astype(NP[ydt])
+    as_, ws = _scales(rng, (1, m, k // block), sdt), _scales(rng, (1, k // block, n), sdt)
+    af = aq.astype(np.float64) * as_.astype(np.float64).repeat(block, 2)
+    wf = wq.astype(np.float64) * ws.astype(np.float64).repeat(block, 1)
+    ref = af @ wf
+    outs = {}
+    for form in ("SPLIT", "ONE_DISPATCH"):
+        g = _both_dequantized(m, k, n, block, ydt, sdt)
+        count = _build_with(g, cpu, {"DEQUANT_MATMUL": form})
+        assert (count == 1) == (form == "ONE_DISPATCH"), (form, count)
+        outs[form] = np.full((1, m, n), np.nan, np.float32)
+        g.execute(cpu, {1: aq, 2: as_, 3: wq, 4: ws, 5: outs[form]})
+        assert np.abs(outs[form] - ref).max() <= 1e-5 * np.abs(ref).max(), form
+    assert np.abs(outs["ONE_DISPATCH"] - outs["SPLIT"]).max() <= 1e-5 * np.abs(ref).max()
+    h = hd.create_handle(device=None, target="cuda:sm_80")
+    assert _build_with(_both_dequantized(256, k, n, block, ydt, sdt, io=DT.HALF), h, {"DEQUANT_MATMUL": "ONE_DISPATCH"}) == 1
+    g = _both_dequantized(256, k, n, block, ydt, sdt, io=DT.HALF)
+    assert _build_with(g, h, {}) > 1
+
+
+def test_cuda_dequantize_matmul_module_is_right_on_the_cpu(rng):
+    """The module DEQUANT_MATMUL AUTO builds for CUDA (the region, >= 128 rows), compiled for this CPU
+    and run by the IREE runtime: the float64 reference's numbers (the tile spec is a CUDA flag; the
+    lowering's ops are what is checked here)."""
+    import iree.compiler.tools as tools
+    import iree.runtime as rt
+    m, k, n = 128, 128, 48
+    for ydt, sdt, block in (RECIPES[0], RECIPES[2]):
+        g = _deq_matmul(m, k, n, block, ydt, sdt, io=DT.HALF)
+        assert _build_with(g, hd.create_handle(device=None, target="cuda:sm_80"), {}) == 1
+        mlir = g.get_execution_plan().context.mlir
+        assert "flow.dispatch.region" in mlir
+        vmfb = tools.compile_str(mlir, target_backends=["llvm-cpu"], extra_args=["--iree-llvmcpu-target-cpu=host"])
+        ctx = rt.SystemContext(config=rt.Config("local-task"))
+        ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
+        a = (rng.standard_normal((1, m, k)) / 8).astype(np.float16)
+        wv = np.clip(rng.standard_normal((1, k, n)) * VMAX[ydt] / 3, -VMAX[ydt], VMAX[ydt]).astype(NP[ydt])
+        sv = _scales(rng, (1, k // block, n), sdt)
+        wbuf = hd.pack_fp4(wv) if ydt == DT.FP4_E2M1 else wv.view(np.uint8)
+        got = np.asarray(ctx.modules.module.main(a, wbuf.view(np.int8), sv.view(np.int8),
+                                                 np.zeros((1, m, n), np.float16)).to_host()).astype(np.float64)
+        ref = a.astype(np.float64) @ (wv.astype(np.float64) * sv.astype(np.float64).repeat(block, 1))
+        assert np.abs(got - ref).max() <= 2e-3 * np.abs(ref).max(), ydt
+
+
 def test_dequant_matmul_rows_summary():
     from hipdnn_iree.plugins.iree_linalg.knobs import GraphSummary
     from graph_ir.desc import decode_graph

@@ -386,7 +386,7 @@ def test_graph_json_and_flatbuffer_keep_the_node(cpu):
 
 
 # -- GPU targets (compile only: no device needed) ----------------------------------------------------
-@pytest.mark.parametrize("target", ["cuda:sm_80", "rocm:gfx942"])
+@pytest.mark.parametrize("target", ["cuda:sm_80", "rocm:gfx942", "rocm:gfx950"])
 def test_gpu_compile(target):
     """HALF forward (NONE and GATHER) and backward: the MLIR for the target, then a compile."""
     m, k, n, e = 64, 32, 48, 4

@@ -189,16 +189,21 @@ def lower_matmul(ctx: LowerContext, node: NodeDesc) -> None:
 
 def _region_start(ctx: LowerContext, node: NodeDesc) -> int | None:
     """Where the dispatch region of a dequantize-matmul starts (``LoweringPolicy.dequant_matmul_region``):
-    an operand made by the block_scale_dequantize lowered just before this node, read by nothing else
-    and not a graph output; else None (IREE's own dispatches)."""
+    the block_scale_dequantize nodes lowered just before this node (one, or both operands' two in a
+    row), each making an operand read by nothing else and not a graph output; else None (IREE's own
+    dispatches)."""
     at = node.attrs
     if ctx.graph.tensor(at.c_uid).data_type in MINIFLOAT_FORMATS:
         return None
+    marks = {}
     for uid in (at.a_uid, at.b_uid):
         mark = ctx.region_marks.get(uid)
-        if mark is None or mark[1] != ctx.node_index - 1 or not ctx.tensor(uid).is_virtual:
+        if mark is None or not ctx.tensor(uid).is_virtual:
             continue
-        readers = [n for n in ctx.graph.nodes if uid in n.attrs.inputs()]
-        if len(readers) == 1:
-            return mark[0]
+        if len([n for n in ctx.graph.nodes if uid in n.attrs.inputs()]) == 1:
+            marks[mark[1]] = mark[0]
+    # the region takes the lines from the first of them on: only dequantizes lowered right before
+    for index in sorted(marks):
+        if set(range(index, ctx.node_index)) <= set(marks):
+            return marks[index]
     return None

@@ -61,14 +61,18 @@ KNOBS = (
          "a block_scale_dequantize read only by the matmul after it: one dispatch region with that matmul "
          "(the dequantized operand never written to memory) or IREE's own dispatches (AUTO: ONE_DISPATCH with "
          "the 128X64_SMEM matmul tile on CUDA for graphs of dequantize-matmuls with at least 128 rows, SPLIT "
-         "elsewhere: the faster forms measured on an H200 and a 2-core CPU, benchmarks/gpu_one_dispatch.py)"),
+         "elsewhere: the faster forms measured on an H200 at 2048 rows and on a 2-core CPU, "
+         "benchmarks/gpu_one_dispatch.py)"),
     Knob("SHAPE_SPECIALIZE", (AUTO, "ON", "OFF"), AUTO,
          "dynamic-shape plans only: the module also holds the static code of the build shape, run when every "
          "bound tensor has its built dims and strides (AUTO: on for override-shape plans)"),
 )
 KNOB_NAMES = tuple(k.name for k in KNOBS)
 IM2COL_FLAG = CPU_CONV1D_FLAGS[0]
-# DEQUANT_MATMUL AUTO on CUDA: one dispatch region with this tile from this many matmul rows (M) up
+# DEQUANT_MATMUL AUTO on CUDA: one dispatch region with this tile from this many matmul rows (M) up.
+# NOTE: measured at M=2048 only (H200); 128 is where the 128-row tile is full (the decode then done once
+# per column tile, as SPLIT's decode dispatch does it), a choice, not a measurement: a GPU run of
+# benchmarks/gpu_one_dispatch.py --deq-rows 16,128,512,2048 would settle it (this session's got no machine)
 DEQUANT_MATMUL_TILE = "128X64_SMEM"
 DEQUANT_MATMUL_ROWS = 128
 NO_REDUCTION_DISTRIBUTION_FLAG = "--iree-codegen-llvmgpu-use-reduction-vector-distribution=false"
@@ -183,7 +187,9 @@ def _dequant_matmul_rows(desc: GraphDesc) -> int | None:
         traits = OPS[n.kind].traits
         if "dequantize" in traits or "elementwise" in traits:
             continue
-        if "contraction" not in traits or not (set(n.attrs.inputs()) & dequantized):
+        # NOTE: one dequantized operand (block-scaled weights, activations as they are): the form run on an
+        # H200; with both operands dequantized the region compiles for CUDA but was not run on a GPU
+        if "contraction" not in traits or len(set(n.attrs.inputs()) & dequantized) != 1:
             return None
         dims = desc.tensor(n.attrs.inputs()[0]).dims   # the matmul's a: [..., M, K]
         if len(dims) < 2 or not isinstance(dims[-2], int):
@@ -202,8 +208,9 @@ class GraphSummary:
     conv_ranks: tuple
     f32_only: bool
     int_conv: bool = False   # a conv_fprop with an INT8/UINT8 operand
-    # the fewest rows (M) of a matmul when every node is a matmul reading a FLOAT block_scale_dequantize
-    # output, that dequantize or an elementwise op; None otherwise (see DEQUANT_MATMUL_ROWS)
+    # the fewest rows (M) of a matmul when every node is a matmul reading one FLOAT block_scale_dequantize
+    # output (and an operand not dequantized), that dequantize or an elementwise op; None otherwise
+    # (see DEQUANT_MATMUL_ROWS)
     dequant_matmul_rows: int | None = None
 
     @classmethod
