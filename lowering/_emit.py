@@ -183,6 +183,23 @@ class Emitter:
         self.emit(f"}} -> {out_t}")
         return Value(name, tuple(out_shape), out_elem)
 
+    def scatter(self, updates: Value, indices: str, into: str, unique: bool,
+                combine: Callable[[str, str], str]) -> Value:
+        """``iree_linalg_ext.scatter`` of the rows of ``updates`` (``[R, ...]``) to the rows ``indices``
+        (``tensor<Rx1xi32>``) of ``into`` (same type); ``combine(new, old)`` emits the element written.
+        ``unique``: no two indices equal (IREE may then write the rows in parallel)."""
+        name = self.fresh("scatter")
+        self.emit(f"{name} = iree_linalg_ext.scatter dimension_map = [0] unique_indices({str(unique).lower()}) "
+                  f"ins({updates.ssa}, {indices} : {updates.type}, tensor<{updates.shape[0]}x1xi32>) "
+                  f"outs({into} : {updates.type}) {{")
+        new, old = self.fresh("a"), self.fresh("a")
+        self.emit(f"^bb0({new}: {updates.elem}, {old}: {updates.elem}):")
+        self._indent += 1
+        self.emit(f"iree_linalg_ext.yield {combine(new, old)} : {updates.elem}")
+        self._indent -= 1
+        self.emit(f"}} -> {updates.type}")
+        return Value(name, updates.shape, updates.elem)
+
     def dispatch_region(self, body: Callable[[], Value]) -> Value:
         """``flow.dispatch.region`` holding the ops ``body`` emits (it returns the region's result).
 

@@ -158,22 +158,6 @@ def _slots(em: Emitter, index: Value, ks: Value, top_k: int, rows: int) -> str:
                  f"into tensor<{rows}x1xi32>", "r")
 
 
-def _scatter(em: Emitter, updates: Value, indices: str, into: str, unique: bool, combine) -> Value:
-    """``iree_linalg_ext.scatter`` of the rows of ``updates`` to the rows ``indices`` of ``into``;
-    ``combine(new, old)`` gives a written element."""
-    name = em.fresh("scatter")
-    em.emit(f"{name} = iree_linalg_ext.scatter dimension_map = [0] unique_indices({str(unique).lower()}) "
-            f"ins({updates.ssa}, {indices} : {updates.type}, tensor<{updates.shape[0]}x1xi32>) "
-            f"outs({into} : {updates.type}) {{")
-    a, b = em.fresh("a"), em.fresh("a")
-    em.emit(f"^bb0({a}: {updates.elem}, {b}: {updates.elem}):")
-    em._indent += 1
-    em.emit(f"iree_linalg_ext.yield {combine(a, b)} : {updates.elem}")
-    em._indent -= 1
-    em.emit(f"}} -> {updates.type}")
-    return Value(name, updates.shape, updates.elem)
-
-
 def _scattered_sources(em: Emitter, group: Value, index: Value, ks: Value, top_k: int) -> Value:
     """``src[p] = max{r : group[r] >= 0 and index[r] * top_k + ks[r] = p}`` (-1: no row writes p), i32
     ``[M]``, by ``iree_linalg_ext.scatter`` (O(M)): each routed row r stores r at its output row,
@@ -193,7 +177,7 @@ def _scattered_sources(em: Emitter, group: Value, index: Value, ks: Value, top_k
 
     ident = _map(1, "d0")
     upd = em.generic([(group, ident), (index, ident), (ks, ident)], (m,), "i32", ["parallel"], ident, upd_body)
-    return _scatter(em, upd, _slots(em, index, ks, top_k, m), em.filled((m,), "i32", -1), False,
+    return em.scatter(upd, _slots(em, index, ks, top_k, m), em.filled((m,), "i32", -1), False,
                     lambda new, old: em.op(f"arith.maxsi {new}, {old} : i32"))
 
 
@@ -292,7 +276,7 @@ def lower_moe_grouped_matmul(ctx: LowerContext, node: NodeDesc) -> None:
         if rows_scattered:
             # NOTE: unique_indices(true) is the routing contract (every row its own slot); rows breaking it
             # write one of their values (no fault)
-            out = _scatter(em, out, _slots(em, index, ks, at.top_k, rows), zeroed, True, lambda new, old: new)
+            out = em.scatter(out, _slots(em, index, ks, at.top_k, rows), zeroed, True, lambda new, old: new)
         return out
 
     res = em.dispatch_region(region)
