@@ -46,11 +46,13 @@ class LoweringPolicy:
             miscompile away (docs/known_issues.md). Correctness, not speed: never a knob.
         tf32_conv: f32 conv operands rounded to TF32 (knob F32_CONV_MATH=TF32; the cuDNN facade's
             default on CUDA, where cuDNN and PyTorch run FLOAT convolutions on TF32 tensor cores).
-        dequant_matmul_region: a block_scale_dequantize whose only reader is the matmul lowered right
-            after it goes into one ``flow.dispatch.region`` with that matmul, its codes decoded there
-            (knob DEQUANT_MATMUL=ONE_DISPATCH). NOTE: off by default: on a 2-core x86 CPU the region
-            (no data tiling inside it) was 5.9x slower than IREE's own dispatches (11.9 vs 70.6 ms,
-            MXFP8 [512x1024x768]); benchmarks/gpu_one_dispatch.py measures both on GPUs.
+        dequant_matmul_region: the block_scale_dequantize(s) whose only reader is the matmul lowered
+            right after them go into one ``flow.dispatch.region`` with that matmul, their codes decoded
+            there (knob DEQUANT_MATMUL; its AUTO rule is in plugins/iree_linalg/knobs.py: on for CUDA
+            weights-only graphs of >= 128 rows). NOTE: on a 2-core x86 CPU the region (no data tiling
+            inside it) was 5.9x slower than IREE's own dispatches (11.9 vs 70.6 ms, MXFP8
+            [512x1024x768]); on an H200, with a 128x64 matmul tile, 6.7x faster than them
+            (benchmarks/gpu_one_dispatch.py).
     """
 
     target: str = "llvm-cpu:host"
