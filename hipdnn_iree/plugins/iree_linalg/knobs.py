@@ -332,8 +332,8 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
     mm_tile = get("GPU_MATMUL_TILE")
     if mm_tile == AUTO and target.backend == "cuda" and policy.dequant_matmul_region and rows is not None:
         # NOTE: the region's f16 x f32 matmul with IREE's own config ran 2.1x (MXFP8) and 4.4x (NVFP4) slower
-        # than SPLIT on an H200 ([2048x4096x4096]); with this tile 0.87x and 0.82x (6.7x and 6.3x faster than
-        # SPLIT's default), and faster than SPLIT with the same tile (2.7 vs 3.1 ms, 2.9 vs 3.6 ms)
+        # than SPLIT on an H200 ([2048x4096x4096]); with this tile 2.7 and 2.9 ms: 6.7x and 6.3x faster than
+        # SPLIT's default (17.9, 18.4 ms) and 0.87x / 0.82x the time of SPLIT with the same tile (3.1, 3.6 ms)
         mm_tile = DEQUANT_MATMUL_TILE
     mm_tile = None if mm_tile == AUTO or not ("contraction" in traits or (mm_tile.endswith("_SMEM") and summary.has_conv)) \
         else mm_tile
