@@ -203,3 +203,15 @@ def test_gpu_one_dispatch_script_runs_on_the_cpu(tmp_path, monkeypatch):
         for form, n in t["dispatches"].items():
             assert (n == 1) == (form.lower().startswith("one")), t
         assert set(t["A"]) == set(t["B"]) == set(t["dispatches"])
+
+
+def test_moe_scatter_forms_script_runs_on_the_cpu(capsys):
+    """benchmarks/moe_scatter_forms_cpu.py at a tiny size: both SCATTER forms right, both timed."""
+    spec = importlib.util.spec_from_file_location("moe_scatter_forms_cpu", os.path.join(REPO, "benchmarks",
+                                                                                        "moe_scatter_forms_cpu.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--tokens", "16", "--k", "16", "--n", "8", "--experts", "4", "--rounds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "cpu_form: max rel err" in out and "gpu_form: max rel err" in out and "FAIL" not in out
+    assert out.count("PASS") == 2 and "A {" in out and "B {" in out
