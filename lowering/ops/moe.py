@@ -208,8 +208,9 @@ def lower_moe_grouped_matmul(ctx: LowerContext, node: NodeDesc) -> None:
     # patterns": the scatter producing src is not fusable into the contraction's tiles), and on the GPU
     # form too with unique_indices(false) (the contraction is then the root and the scatter, a consumer,
     # is not fused); with unique_indices(true) the scatter is the root and the rest is fused into its
-    # tiles (one TileAndFuse dispatch). On the CPU the GPU form measured 41-42 ms against 35-40 (HALF,
-    # 1024 rows, K=N=256, 8 experts): kept apart.
+    # tiles (one TileAndFuse dispatch). On the CPU the GPU form measured 41.7-47.6 ms against 35.4-39.8
+    # (HALF, 1024 rows, K=N=256, 8 experts; benchmarks/moe_scatter_forms_cpu.py, 2 runs of 2 passes):
+    # kept apart.
     rows_scattered = at.mode == MOE_MODE_SCATTER and not ctx.policy.is_cpu
     in_order = at.mode == MOE_MODE_NONE or rows_scattered
     # NOTE: the zeroed output is made outside the region (IREE fills it without a dispatch); made inside,
