@@ -883,7 +883,7 @@ def _summary(xs) -> dict:
             "min": round(xs[0], 5), "max": round(xs[-1], 5), "n": n}
 
 
-def _interleaved(variants: dict, sync, rounds: int, burst: int, warm: int) -> dict:
+def interleaved(variants: dict, sync, rounds: int, burst: int, warm: int) -> dict:
     """Per variant: ``warm`` bursts, then ``rounds`` rounds in which each variant (same order every
     round) runs ``burst`` calls and one sync; per-call time of each round's burst, in ms."""
     for fn in variants.values():
@@ -1034,7 +1034,7 @@ def run(plans: str | None, out_json: str | None, out_md: str | None, cpu_check: 
         if variants:
             try:
                 with torch.inference_mode():
-                    t = _interleaved(variants, sync, rounds, burst, warm)
+                    t = interleaved(variants, sync, rounds, burst, warm)
             except Exception as e:  # noqa: BLE001
                 t = {}
                 row["errors"]["timing"] = f"{type(e).__name__}: {str(e)[:400]}"

@@ -34,6 +34,7 @@ import hipdnn_iree as hd  # noqa: E402
 from lowering._emit import Emitter  # noqa: E402
 import gpu_quant  # noqa: E402
 from gpu_quant import record  # noqa: E402  (one results table with gpu_quant's checks)
+from cudnn_side_by_side import interleaved  # noqa: E402
 
 DT = hd.DataType
 MODE = hd.MoeGroupedMatmulMode
@@ -69,8 +70,9 @@ class Buffers(gpu_quant.Side):
 
 
 def timed(bufs: Buffers, fns: dict, rounds: int, burst: int) -> dict:
-    """Medians (ms) of ``rounds`` interleaved bursts per function, two passes; 5 rounds of single calls
-    when one call of some function took over 50 ms (a slow form would hold the device for minutes)."""
+    """Medians (ms) of ``rounds`` interleaved bursts per function (cudnn_side_by_side.interleaved), two
+    passes; 5 rounds of single calls when one call of some function took over 50 ms (a slow form would
+    hold the device for minutes)."""
     out = {}
     for passname in ("A", "B"):
         slowest = 0.0
@@ -81,15 +83,8 @@ def timed(bufs: Buffers, fns: dict, rounds: int, burst: int) -> dict:
             slowest = max(slowest, time.perf_counter() - t0)
         if slowest > 0.05:
             rounds, burst = min(rounds, 5), 1
-        times = {k: [] for k in fns}
-        for _ in range(rounds):
-            for k, f in fns.items():
-                t0 = time.perf_counter()
-                for _ in range(burst):
-                    f()
-                bufs.sync()
-                times[k].append((time.perf_counter() - t0) / burst)
-        out[passname] = {k: round(float(np.median(v)) * 1e3, 4) for k, v in times.items()}
+        t = interleaved(fns, bufs.sync, rounds, burst, warm=0)
+        out[passname] = {k: round(v["median"], 4) for k, v in t.items()}
     return out
 
 

@@ -17,10 +17,9 @@ from lowering._emit import ELEMENT_TYPES, Emitter, Value, element_type, storage_
 from graph_ir._fbs.graph_generated import DataType
 from lowering._registry import LOWERINGS
 from graph_ir.desc import GraphDesc, GraphError, decode_graph
-from graph_ir.dtypes import MINIFLOAT_FORMATS
 from lowering import _goldens, strided
 from graph_ir.layout import physical_layout
-from graph_ir.dtypes import CODES_PER_BYTE, packed_shape
+from graph_ir.dtypes import CODES_PER_BYTE, MINIFLOAT_FORMATS, packed_shape
 from lowering._minifloat import pack_codes, unpack_codes
 from lowering.policy import LoweringPolicy
 from lowering.ops.matmul import needs_relayout_barrier, propagation_barrier

@@ -101,11 +101,15 @@ def _i64(em: Emitter, ssa: str, elem: str) -> str:
     return ssa if elem == "i64" else em.op(f"arith.extsi {ssa} : {elem} to i64")
 
 
+def _clamped(em: Emitter, ssa: str, elem: str, hi: int) -> str:
+    """``ssa`` (an integer of type ``elem``) clamped to ``[0, hi]``."""
+    lo_c, hi_c = em.const(0, elem), em.const(hi, elem)
+    return em.op(f"arith.minsi {em.op(f'arith.maxsi {ssa}, {lo_c} : {elem}')}, {hi_c} : {elem}")
+
+
 def _clamp_index(em: Emitter, ssa: str, elem: str, hi: int) -> str:
     """``ssa`` (an integer) clamped to ``[0, hi]``, as an ``index``."""
-    lo_c, hi_c = em.const(0, elem), em.const(hi, elem)
-    c = em.op(f"arith.minsi {em.op(f'arith.maxsi {ssa}, {lo_c} : {elem}')}, {hi_c} : {elem}")
-    return em.op(f"arith.index_cast {c} : {elem} to index")
+    return em.op(f"arith.index_cast {_clamped(em, ssa, elem, hi)} : {elem} to index")
 
 
 def row_groups(em: Emitter, offsets: Value, rows: int) -> Value:
@@ -147,10 +151,8 @@ def _slots(em: Emitter, index: Value, ks: Value, top_k: int, rows: int) -> str:
     """Each row's output row clamped to ``[0, rows)``, as the ``[rows, 1]`` i32 indices of an
     ``iree_linalg_ext.scatter``."""
     def body(a):
-        d = _slot(em, a[0], a[1], index, ks, top_k)
-        lo, hi = em.const(0, "i64"), em.const(rows - 1, "i64")
-        c = em.op(f"arith.minsi {em.op(f'arith.maxsi {d}, {lo} : i64')}, {hi} : i64")
-        return em.op(f"arith.trunci {c} : i64 to i32")
+        d = _clamped(em, _slot(em, a[0], a[1], index, ks, top_k), "i64", rows - 1)
+        return em.op(f"arith.trunci {d} : i64 to i32")
 
     ident = _map(1, "d0")
     dst = em.generic([(index, ident), (ks, ident)], (rows,), "i32", ["parallel"], ident, body)
