@@ -950,6 +950,7 @@ def _encode_attrs(b: flatbuffers.Builder, attrs: _Attrs) -> int:
 
 
 _FLOAT_DATA_TYPES = (G.DataType.FLOAT, G.DataType.HALF, G.DataType.BFLOAT16, G.DataType.DOUBLE)
+_MINIFLOAT_DATA_TYPES = (G.DataType.FP8_E4M3, G.DataType.FP8_E5M2, G.DataType.FP8_E8M0, G.DataType.FP4_E2M1)
 
 
 def default_compute_type(graph: GraphDesc, node: NodeDesc) -> int:
@@ -958,10 +959,16 @@ def default_compute_type(graph: GraphDesc, node: NodeDesc) -> int:
     FLOAT, except INT32 for a matmul of integer operands and a conv_fprop of INT8/UINT8 ones (what
     ``LowerContext.compute_elem`` falls back to: float math in f32, integer matmuls and convs
     accumulate in i32).
+
+    NOTE: FP8/FP4/E8M0 are float types (decoded to f32 by the lowering): a matmul of them, or of
+    one of them and an integer operand, accumulates in FLOAT; INT32 when ``a`` is an integer type
+    and ``b`` is not a float type (as the lowering's i32 default: no operand floating point).
     """
     if node.kind == OpKind.MATMUL:
-        a = graph._by_uid.get(node.attrs.a_uid)
-        if a is not None and a.data_type not in _FLOAT_DATA_TYPES + (G.DataType.UNSET,):
+        a, b = (graph._by_uid.get(u) for u in (node.attrs.a_uid, node.attrs.b_uid))
+        floats = _FLOAT_DATA_TYPES + _MINIFLOAT_DATA_TYPES
+        if a is not None and a.data_type not in floats + (G.DataType.UNSET,) and \
+                (b is None or b.data_type not in floats):
             return G.DataType.INT32
     if node.kind == OpKind.CONV_FPROP:
         ts = [graph._by_uid.get(u) for u in (node.attrs.x_uid, node.attrs.w_uid)]
