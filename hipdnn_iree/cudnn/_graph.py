@@ -163,7 +163,9 @@ class pygraph(OpMethods, MoeMethods, PlanMethods, BindingMethods):
         self._run(variant_pack, handle, index)
 
     def _run(self, variant_pack, handle, index, overrides=None):
-        h = check(handle) if handle is not None else (self._handle or _default_handle())
+        self._require_built("execute" if index is None else "execute_plan_at_index", index)
+        h = check(handle) if handle is not None else (check(self._handle) if self._handle is not None
+                                                      else _default_handle())
         # NOTE: a loop that passes the same tensors again reuses the last translation when it bound
         # the caller's own objects (no by-address view, no pass-by-value copy): hd's checks still run.
         key = (id(h), *map(id, variant_pack), *map(id, variant_pack.values())) if type(variant_pack) is dict \
@@ -204,6 +206,7 @@ class pygraph(OpMethods, MoeMethods, PlanMethods, BindingMethods):
             raise HipdnnError(Status.NOT_INITIALIZED, "serialize: the plan bakes the pass-by-value epsilon's "
                                                       "value, known at the first execute: execute once first, or "
                                                       "pass epsilon as a Python float")
+        self._require_built("serialize")
         return self._hd.serialize_compiled_plan()
 
     @_translate
@@ -220,7 +223,9 @@ class pygraph(OpMethods, MoeMethods, PlanMethods, BindingMethods):
         self._restored = True
         return self
 
+    @_translate
     def get_compiled_plan_tensors(self):
+        self._require_built("get_compiled_plan_tensors")
         return self._hd.get_compiled_plan_tensors()
 
 

@@ -109,7 +109,31 @@ class PlanMethods:
     def get_workspace_size(self):
         if self._pending:
             return 0
+        self._require_built("get_workspace_size")
         return self._hd.get_workspace_size()
+
+    def _require_built(self, what: str, index=None) -> None:
+        """NOT_INITIALIZED naming the lifecycle step the graph has not reached, when ``what`` (execute,
+        serialize, ...) needs a built plan (``index`` given: plans created and supported, plan
+        ``index`` is built on use). A restored graph, and one whose plans wait for the first execute
+        (pass-by-value scalars baked), have what they need.
+
+        NOTE: without it ``execute`` before ``build`` reached the variant pack's binding with the
+        tensors' data types still unset (``KeyError: 0`` from inside)."""
+        if self._restored or self._pending:
+            return
+        g = self._hd
+        if (g._plans is not None and g._supported) if index is not None else g._plan is not None:
+            return
+        steps = (("validate()", g._validated), ("build_operation_graph()", g._op_graph is not None),
+                 ("create_execution_plans([cudnn.heur_mode.A])", g._plans is not None),
+                 ("check_support()", g._supported), ("build_plans()", False))
+        step = next(name for name, done in steps if not done)
+        raise HipdnnError(Status.NOT_INITIALIZED,
+                          f"{what}: graph '{g.name}' has no built plan (its next lifecycle step is {step}): call "
+                          f"build([cudnn.heur_mode.A]) first (or validate(), build_operation_graph(), "
+                          f"create_execution_plans(...), check_support() and build_plans() in that order; a step "
+                          f"that raised leaves the graph before it), or deserialize(handle, data) a serialized plan")
 
     def get_workspace_size_plan_at_index(self, index):
         return 0
