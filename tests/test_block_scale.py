@@ -644,3 +644,116 @@ def test_self_check_reads_torch_float8_and_packed_fp4_buffers(rng):
     ry, rs = quantize_ref(xv, 16, DT.FP4_E2M1, DT.FP8_E4M3)
     assert _same_bits(sb.view(torch.uint8).numpy(), rs)
     assert np.array_equal(yb.view(torch.uint8).numpy(), hd.pack_fp4(ry))
+
+
+# -- the scale rule against the OCP MX specification's, infinities, NVFP4 saturation, dequantize's type --
+
+def _ocp_scale(amax, emax_elem):
+    """The OCP MX v1.0 shared scale (section 6.3), written from the specification alone:
+    ``2^(floor(log2(amax)) - emax_elem)``, emax_elem the exponent of the element type's largest
+    normal (E4M3 8, E5M2 15, E2M1 2)."""
+    return np.exp2(np.floor(np.log2(amax)) - emax_elem)
+
+
+@pytest.mark.parametrize("ydt, emax_elem, vmax_significand, lo, hi", [
+    (DT.FP8_E4M3, 8, 1.75, 0.14, 0.19), (DT.FP8_E5M2, 15, 1.75, 0.14, 0.20), (DT.FP4_E2M1, 2, 1.5, 0.27, 0.33)],
+    ids=["MXFP8_E4M3", "MXFP8_E5M2", "MXFP4"])
+def test_e8m0_scale_is_cudnns_round_up_not_the_ocp_floor(cpu, ydt, emax_elem, vmax_significand, lo, hi):
+    # cuDNN's rule (this engine): the smallest 2^e >= amax / vmax. OCP's: 2^(floor(log2 amax) - emax_elem).
+    # They agree unless amax's significand exceeds vmax's (1.75 for E4M3/E5M2, 1.5 for E2M1), where
+    # cuDNN's scale is twice OCP's (OCP saturates those amax elements instead). On standard-normal
+    # blocks of 32 that is 16% (E4M3), 17% (E5M2) and 30% (E2M1) of the blocks (docs/api.md 8.1).
+    shape, block = (2048, 64), 32
+    g = _build(cpu, shape, block, ydt, DT.FP8_E8M0, dequant=False)
+    x = np.random.default_rng(44).standard_normal(shape).astype(np.float32)
+    bufs = _bufs(shape, block, ydt, DT.FP8_E8M0, dequant=False)
+    g.execute(cpu, {1: x, **bufs})
+    s = bufs[3].astype(np.float64)
+    amax = np.abs(x.astype(np.float64)).reshape(shape[0], -1, block).max(-1)
+    ocp = _ocp_scale(amax, emax_elem)
+    up = amax / np.exp2(np.floor(np.log2(amax))) > vmax_significand
+    assert np.array_equal(s[~up], ocp[~up]) and np.array_equal(s[up], 2 * ocp[up])
+    assert lo <= up.mean() <= hi, up.mean()
+
+
+RECIPES_E8M0 = [(DT.FP8_E4M3, 32), (DT.FP8_E5M2, 32), (DT.FP4_E2M1, 32)]
+
+
+@pytest.mark.parametrize("ydt, block", RECIPES_E8M0, ids=["MXFP8_E4M3", "MXFP8_E5M2", "MXFP4"])
+def test_infinity_in_an_e8m0_block(cpu, ydt, block):
+    # the scale is 2^127 (no power of two reaches inf); +-inf saturate to +-vmax, the rest is x / 2^127
+    # (0 here); dequantized, vmax * 2^127 overflows f32: the infinities come back, the rest is 0
+    x = np.ones((1, 2 * block), np.float32)
+    x[0, 0], x[0, 1] = np.inf, -np.inf
+    g = _build(cpu, x.shape, block, ydt, DT.FP8_E8M0)
+    bufs = _bufs(x.shape, block, ydt, DT.FP8_E8M0)
+    g.execute(cpu, {1: x, **bufs})
+    y, s, d = bufs[2].astype(np.float64), bufs[3].astype(np.float64), bufs[4]
+    assert s[0, 0] == 2.0 ** 127 and s[0, 1] == 2.0 ** -(8 if ydt == DT.FP8_E4M3 else 15 if ydt == DT.FP8_E5M2 else 2)
+    assert list(y[0, :3]) == [VMAX[ydt], -VMAX[ydt], 0.0] and (y[0, 2:block] == 0).all()
+    assert list(d[0, :2]) == [np.inf, -np.inf] and (d[0, 2:block] == 0).all() and (d[0, block:] == 1).all()
+
+
+def test_infinity_in_an_nvfp4_block(cpu):
+    # E4M3 scale: amax / 6 = inf saturates to 448 (E4M3's largest); y = x / 448 saturates: +-inf and
+    # 1e30 give +-6, ones 0; dequantized, the block holds +-2688 (6 * 448) and zeros
+    x = np.ones((1, 32), np.float32)
+    x[0, 0], x[0, 1], x[0, 2] = np.inf, -np.inf, 1e30
+    g = _build(cpu, x.shape, 16, DT.FP4_E2M1, DT.FP8_E4M3)
+    bufs = _bufs(x.shape, 16, DT.FP4_E2M1, DT.FP8_E4M3)
+    g.execute(cpu, {1: x, **bufs})
+    y, s, d = bufs[2].astype(np.float64), bufs[3].astype(np.float64), bufs[4]
+    assert s[0, 0] == 448.0 and list(y[0, :4]) == [6.0, -6.0, 6.0, 0.0]
+    # the next block of ones: scale 0.171875 (the smallest E4M3 >= 1/6), y = 6
+    assert list(d[0, :4]) == [2688.0, -2688.0, 2688.0, 0.0] and (d[0, 16:] == 6 * 0.171875).all()
+
+
+def test_infinity_in_a_float_scaled_block(cpu):
+    # FLOAT scale: amax / vmax = inf; y = x / inf is NaN at the infinities and 0 elsewhere, and the
+    # dequantized block is NaN throughout (0 * inf)
+    x = np.ones((1, 32), np.float32)
+    x[0, 0] = np.inf
+    g = _build(cpu, x.shape, 16, DT.FP8_E4M3, DT.FLOAT)
+    bufs = _bufs(x.shape, 16, DT.FP8_E4M3, DT.FLOAT)
+    g.execute(cpu, {1: x, **bufs})
+    y = bufs[2].astype(np.float64)
+    assert bufs[3][0, 0] == np.inf and np.isnan(y[0, 0]) and (y[0, 1:16] == 0).all()
+    assert np.isnan(bufs[4][0, :16]).all() and (bufs[4][0, 16:] == 1).all()
+
+
+def test_nvfp4_scale_saturates_at_448(cpu):
+    # amax / 6 above 448 (amax > 2688): the E4M3 scale saturates at 448 and y at +-6, so the block
+    # comes back clipped to +-2688; below that the round-up rule holds (amax 2688 -> 448 exactly)
+    x = np.zeros((3, 16), np.float32)
+    x[0, :3] = [3000.0, -6000.0, 1.0]
+    x[1, :2] = [2688.0, 1.0]
+    x[2, :2] = [1e30, 2688.0]
+    g = _build(cpu, x.shape, 16, DT.FP4_E2M1, DT.FP8_E4M3)
+    bufs = _bufs(x.shape, 16, DT.FP4_E2M1, DT.FP8_E4M3)
+    g.execute(cpu, {1: x, **bufs})
+    s, d = bufs[3].astype(np.float64)[:, 0], bufs[4]
+    assert list(s) == [448.0, 448.0, 448.0]
+    assert list(d[0, :3]) == [2688.0, -2688.0, 0.0] and list(d[1, :2]) == [2688.0, 0.0]
+    assert list(d[2, :2]) == [2688.0, 2688.0]
+
+
+@pytest.mark.parametrize("io, out", [(DT.HALF, None), (DT.FLOAT, DT.BFLOAT16), (DT.FLOAT, None)])
+def test_dequantize_result_takes_the_io_type_or_its_own(cpu, rng, io, out):
+    # the result is the graph's io type unless set; the value is y * scale in f32 converted once to it
+    g = hd.Graph(io_data_type=io)
+    y = g.tensor(name="y", uid=1, dim=[4, 32], data_type=DT.FP8_E4M3)
+    s = g.tensor(name="s", uid=2, dim=[4, 2], data_type=DT.FLOAT)
+    r = g.block_scale_dequantize(y, s, 16)
+    if out is not None:
+        r.set_data_type(out)
+    r.set_output(True).set_uid(3)
+    g.build(cpu)
+    want_dt = out or io
+    assert r.get_data_type() == want_dt
+    yv = (rng.standard_normal((4, 32)) * 50).astype(ml_dtypes.float8_e4m3fn)
+    sv = rng.uniform(0.1, 3.0, (4, 2)).astype(np.float32)
+    npdt = {DT.HALF: np.float16, DT.BFLOAT16: ml_dtypes.bfloat16, DT.FLOAT: np.float32}[want_dt]
+    res = np.zeros((4, 32), npdt)
+    g.execute(cpu, {1: yv, 2: sv, 3: res})
+    want = (yv.astype(np.float32) * sv.repeat(16, -1)).astype(npdt)
+    assert _same_bits(res, want)

@@ -18,7 +18,9 @@ class BlockScaleOps:
                              scale_data_type=None, compute_data_type=None, name=None):
         """Block-scaled quantization (cuDNN's BLOCK_SCALE_QUANTIZE): per run of ``block_size``
         elements along ``axis`` (None: the last), ``scale = round_up(amax / vmax)`` in the scale's
-        type and ``y = x / scale`` rounded to nearest even, saturating.
+        type and ``y = x / scale`` rounded to nearest even, saturating. The E8M0 scale is cuDNN's
+        round-up, not the OCP MX specification's floor rule (they differ where amax's significand
+        exceeds vmax's; docs/api.md 8.1, which also says what infinities and NVFP4 saturation do).
 
         Recipes: MXFP8 (y FP8_E4M3 or FP8_E5M2, scale FP8_E8M0, block 32), NVFP4 (y FP4_E2M1,
         scale FP8_E4M3, block 16), MXFP4 (y FP4_E2M1, scale FP8_E8M0, block 32); a FLOAT scale
@@ -56,7 +58,7 @@ class BlockScaleOps:
         """``y * scale``, each scale element covering its block of the quantized ``y`` (cuDNN's
         BLOCK_SCALE_DEQUANTIZE; hipDNN's node calls y its x). ``block_size``: an int (along the axis
         where the scale's dims differ from y's) or a list, one size per trailing axis. The result
-        takes the graph's io type (FLOAT unless set) and y's dims.
+        takes the graph's io type (FLOAT unless set), or the type set on it, and y's dims.
         """
         sizes = [block_size] if isinstance(block_size, int) and not isinstance(block_size, bool) else block_size
         try:
