@@ -338,7 +338,11 @@ def test_raw_host_pointers_and_reinterpreted_dtype(handle):
     a = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
     y = np.zeros((4, 6), np.float32)
     g.build([cudnn.heur_mode.A])
-    g.execute({A: a.ctypes.data, Y: y.ctypes.data}, None)
+    # a bare integer is refused on a CPU handle, a real address included (tests/test_cudnn_raw_pointers.py)
+    with pytest.raises(hd.HipdnnError) as e:
+        g.execute({A: a.ctypes.data, Y: y}, None)
+    assert e.value.status == hd.Status.BAD_PARAM and f"uid {A.get_uid()}" in str(e.value) and (y == 0).all()
+    g.execute({A: a, Y: y}, None)
     np.testing.assert_array_equal(y, 2 * a)
     # a buffer of another type of the same size is read as the tensor's type (cuDNN binds addresses)
     y2 = np.zeros((4, 6), np.float32)

@@ -10,6 +10,7 @@ import numpy as np
 from hipdnn_iree.cudnn import _enums as E
 from hipdnn_iree.frontend.tensor import TensorAttributes
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
+from hipdnn_iree.cudnn._pointers import check_pointer
 from hipdnn_iree.cudnn._tensor import tensor
 from hipdnn_iree.plugin_sdk.buffers import PACKED_BUFFER_DTYPES
 from graph_ir.dtypes import CODES_PER_BYTE
@@ -214,23 +215,22 @@ def _span(dims, strides) -> int:
 
 
 def _as_buffer(hdt: TensorAttributes, buf, hd_handle):
-    """What cuDNN binds, as a buffer: a raw pointer (an int: device memory on a GPU handle, host
-    memory on the CPU) becomes a view with the tensor's dims, strides and type; a torch/numpy
-    buffer of another type of the same size is read as the tensor's type (cuDNN binds addresses,
-    not types), with a warning."""
+    """What cuDNN binds, as a buffer: a raw pointer (an int: device memory of a GPU handle's
+    device, checked with the driver; refused on a CPU handle) becomes a view with the tensor's
+    dims, strides and type; a torch/numpy buffer of another type of the same size is read as the
+    tensor's type (cuDNN binds addresses, not types), with a warning."""
     from hipdnn_iree.plugin_sdk.buffers import numpy_dtype
     dims, strides = hdt._dim, hdt._stride
     want = numpy_dtype(int(hdt.get_data_type()))
     if isinstance(buf, numbers.Integral) and not isinstance(buf, bool):
+        what = f"tensor '{hdt.get_name()}' (uid {hdt.get_uid()})"
         if not buf or dims is None or strides is None:
-            raise HipdnnError(Status.BAD_PARAM, f"tensor '{hdt.get_name()}' (uid {hdt.get_uid()}): pointer {buf!r} "
-                                                "cannot be bound (null, or the tensor's dims/strides are unset)")
-        if hd_handle.device in (None, "local-task", "local-sync"):
-            import ctypes
-            n = _span(dims, strides)
-            mem = (ctypes.c_char * (n * want.itemsize)).from_address(int(buf))
-            flat = np.frombuffer(mem, dtype=want, count=n)
-            return np.lib.stride_tricks.as_strided(flat, shape=dims, strides=[s * want.itemsize for s in strides])
+            raise HipdnnError(Status.BAD_PARAM, f"{what}: pointer {buf!r} cannot be bound (null, or the tensor's "
+                                                "dims/strides are unset)")
+        # NOTE: an integer is used as an address only once the driver vouches for it (a CPU handle
+        # refuses every integer): binding 1 or 4096 used to kill the process (_pointers.py)
+        codes = CODES_PER_BYTE.get(int(hdt.get_data_type()), 1)
+        check_pointer(int(buf), -(-_span(dims, strides) // codes) * want.itemsize, hd_handle.device, what)
         import torch
         raw_type = "<u2" if want.name == "bfloat16" else want.str
         t = torch.as_tensor(_DevicePointer(buf, dims, strides, raw_type, want.itemsize), device="cuda")
