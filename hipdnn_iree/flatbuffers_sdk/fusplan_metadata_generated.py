@@ -143,8 +143,15 @@ class Metadata(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # Metadata
+    def CpuFeatures(self) -> Optional[str]:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def MetadataStart(builder: flatbuffers.Builder):
-    builder.StartObject(11)
+    builder.StartObject(12)
 
 def MetadataAddPluginName(builder: flatbuffers.Builder, pluginName: int):
     builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(pluginName), 0)
@@ -184,6 +191,9 @@ def MetadataAddEngineKnobs(builder: flatbuffers.Builder, engineKnobs: int):
 
 def MetadataAddShapeSpec(builder: flatbuffers.Builder, shapeSpec: int):
     builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(shapeSpec), 0)
+
+def MetadataAddCpuFeatures(builder: flatbuffers.Builder, cpuFeatures: int):
+    builder.PrependUOffsetTRelativeSlot(11, flatbuffers.number_types.UOffsetTFlags.py_type(cpuFeatures), 0)
 
 def MetadataEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()
@@ -263,8 +273,15 @@ class ModuleEntry(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
         return o == 0
 
+    # ModuleEntry
+    def CpuFeatures(self) -> Optional[str]:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def ModuleEntryStart(builder: flatbuffers.Builder):
-    builder.StartObject(5)
+    builder.StartObject(6)
 
 def ModuleEntryAddTarget(builder: flatbuffers.Builder, target: int):
     builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(target), 0)
@@ -283,6 +300,9 @@ def ModuleEntryAddSha256(builder: flatbuffers.Builder, sha256: int):
 
 def ModuleEntryStartSha256Vector(builder, numElems: int) -> int:
     return builder.StartVector(1, numElems, 1)
+
+def ModuleEntryAddCpuFeatures(builder: flatbuffers.Builder, cpuFeatures: int):
+    builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(cpuFeatures), 0)
 
 def ModuleEntryEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()

@@ -82,19 +82,35 @@ def build(session: IreeSession, op_graph: bytes, knobs: dict, engine_name: str =
     special = shape_specialize(knobs, spec, bool((dynamic or {}).get("override")))
     if len(targets) == 1:
         ctx = _build_one(session, targets[0], op_graph, desc, summary, knobs, refusal, spec, kc, special)
+        ctx.cpu_features = cpu_features_of(ctx)
     else:
         # NOTE: each target compiles in its own child process (compile.py); threads just wait on them.
         workers = max(1, min(len(targets), os.cpu_count() or 1))
         with ThreadPoolExecutor(max_workers=workers) as pool:
             built = list(pool.map(lambda t: _build_one(session, t, op_graph, desc, summary, knobs, refusal, spec, kc,
                                                        special), targets))
+        for c in built:
+            c.cpu_features = cpu_features_of(c)
         ctx = built[targets.index(session.target)]
         ctx.variants = tuple((c.target, c.vmfb, c.compiler_version) for c in built)
+        ctx.variant_features = {str(c.target): c.cpu_features for c in built if c.cpu_features}
     ctx.engine_name, ctx.knobs = engine_name, dict(knobs)
     ctx.shape_spec, ctx.override = spec, bool((dynamic or {}).get("override"))
     if load:
         session.load(ctx)
     return ctx
+
+
+def cpu_features_of(ctx: IreeExecutionContext) -> str:
+    """The "+" LLVM CPU features an llvm-cpu module needs ("" for other targets): read from the
+    target attribute IREE wrote into the module, else asked of the compiler (cpufeatures.py)."""
+    if ctx.target.backend != "llvm-cpu":
+        return ""
+    from hipdnn_iree.plugins.iree_linalg import cpufeatures
+    found = cpufeatures.features_in_vmfb(ctx.vmfb)
+    if found is None:   # NOTE: a module without a dispatch carries no executable target attribute
+        found = cpufeatures.resolve(ctx.target, ctx.compile_flags)
+    return cpufeatures.canonical(found)
 
 
 def source_text(op_graph: bytes, target: str, dynamic=None) -> str:

@@ -30,6 +30,8 @@ class IreeExecutionContext:
     staging_lock: object = field(default_factory=threading.Lock)
     compile_flags: tuple = field(default_factory=tuple)
     variants: tuple = ()             # several-target plans: (Target, vmfb, compiler_version) of every module
+    cpu_features: str = ""           # llvm-cpu: the "+" LLVM features the module's code needs (cpufeatures.py)
+    variant_features: dict = field(default_factory=dict)   # several-target plans: str(Target) -> cpu_features
     vm_module: object = None         # restored: the VmModule made from vmfb (wrap_buffer: no copy)
     in_place: bool = False           # restored: vm_module uses the plan's own bytes (a mapped file) in place
     op_graph: bytes | None = None    # restored plans: the graph the module carries (self-check), if any

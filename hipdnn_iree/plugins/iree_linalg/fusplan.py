@@ -47,12 +47,13 @@ MAX_ENTRIES = 256
 _HEADER = struct.Struct("<8sHHII")
 _SIG_DOMAIN = b"hipdnn-iree FUSPLAN signature v1\0"
 _STRINGS = ("plugin_name", "plugin_version", "producer_version", "compiler_version", "target_device", "target_arch")
-# Third edition (appended after body_sha256 and signature): the engine config and the shape spec.
-_EXTRA_STRINGS = ("engine_name", "engine_knobs", "shape_spec")
+# Third edition (appended after body_sha256 and signature): the engine config and the shape spec;
+# then the LLVM CPU features a kind-2 llvm-cpu module needs (cpufeatures.py).
+_EXTRA_STRINGS = ("engine_name", "engine_knobs", "shape_spec", "cpu_features")
 _META_FIELDS = ([(name, VECTOR, 1) for name in _STRINGS] + [("body_sha256", VECTOR, 1), ("signature", VECTOR, 1)]
                 + [(name, VECTOR, 1) for name in _EXTRA_STRINGS])
 _ENTRY_FIELDS = [("target", VECTOR, 1), ("target_device", VECTOR, 1), ("offset", SCALAR, 8), ("size", SCALAR, 8),
-                 ("sha256", VECTOR, 1)]
+                 ("sha256", VECTOR, 1), ("cpu_features", VECTOR, 1)]   # cpu_features: third edition
 _INDEX_FIELDS = [("entries", VECTOR, 4)]
 
 
@@ -77,6 +78,7 @@ class Metadata:
     engine_name: str = ""
     engine_knobs: str = ""      # JSON object of knob values
     shape_spec: str = ""        # JSON: the dims an override-shape plan lets vary
+    cpu_features: str = ""      # kind 2 llvm-cpu: the LLVM feature string its code needs ("" = not recorded)
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ class Entry:
     offset: int
     size: int
     sha256: bytes
+    cpu_features: str = ""      # llvm-cpu modules: the LLVM feature string its code needs ("" = not recorded)
 
 
 @dataclass(frozen=True)
@@ -161,12 +164,15 @@ def _encode_index(entries: list[Entry]) -> bytes:
     tables = []
     for e in entries:
         t, d, s = b.CreateString(e.target), b.CreateString(e.target_device), b.CreateByteVector(e.sha256)
+        f = b.CreateString(e.cpu_features) if e.cpu_features else None
         M.ModuleEntryStart(b)
         M.ModuleEntryAddTarget(b, t)
         M.ModuleEntryAddTargetDevice(b, d)
         M.ModuleEntryAddOffset(b, e.offset)
         M.ModuleEntryAddSize(b, e.size)
         M.ModuleEntryAddSha256(b, s)
+        if f is not None:
+            M.ModuleEntryAddCpuFeatures(b, f)
         tables.append(M.ModuleEntryEnd(b))
     M.ModuleIndexStartEntriesVector(b, len(tables))
     for t in reversed(tables):
@@ -178,14 +184,16 @@ def _encode_index(entries: list[Entry]) -> bytes:
     return bytes(b.Output())
 
 
-def multi_target_parts(modules: list[tuple[str, str, bytes]]) -> list:
+def multi_target_parts(modules: list[tuple]) -> list:
     """Kind-3 body as buffers to concatenate (no module copied): index, then each
-    ``(target, target_device, vmfb)`` module 64-byte aligned (zero padding between)."""
+    ``(target, target_device, vmfb[, cpu_features])`` module 64-byte aligned (zero padding between)."""
     if not modules:
         raise ValueError("a multi-target payload needs at least one module")
     # NOTE: the index's size does not depend on the offsets' values (uint64 fields), as long as none
     # is the default 0 that builders leave out: one provisional encoding gives the final size.
-    provisional = [Entry(t, d, BODY_ALIGNMENT, len(m), hashlib.sha256(m).digest()) for t, d, m in modules]
+    provisional = [Entry(t, d, BODY_ALIGNMENT, len(m), hashlib.sha256(m).digest(), *rest[:1])
+                   for t, d, m, *rest in modules]
+    modules = [(t, d, m) for t, d, m, *_ in modules]
     pos = _round_up(len(_encode_index(provisional)), BODY_ALIGNMENT)
     entries = []
     for (t, d, m), e in zip(modules, provisional):
@@ -201,8 +209,8 @@ def multi_target_parts(modules: list[tuple[str, str, bytes]]) -> list:
     return parts
 
 
-def multi_target_body(modules: list[tuple[str, str, bytes]]) -> bytes:
-    """Kind-3 body: index, then each ``(target, target_device, vmfb)`` module 64-byte aligned."""
+def multi_target_body(modules: list[tuple]) -> bytes:
+    """Kind-3 body: index, then each ``(target, target_device, vmfb[, cpu_features])`` module 64-byte aligned."""
     return b"".join(multi_target_parts(modules))
 
 
@@ -275,7 +283,8 @@ def _decode_index(body) -> tuple[Entry, ...]:
             t = M.ModuleEntry()
             t.Init(body, p)
             entries.append(Entry(_string(body, p, 0, "entry target"), _string(body, p, 1, "entry device"),
-                                 int(t.Offset()), int(t.Size()), _blob(body, p, 4)))
+                                 int(t.Offset()), int(t.Size()), _blob(body, p, 4),
+                                 _string(body, p, 5, "entry cpu_features")))
     except FlatBufferError as e:
         raise FusplanError(f"FUSPLAN kind-3 module index is malformed: {e}: the plan is damaged") from None
     if not entries:

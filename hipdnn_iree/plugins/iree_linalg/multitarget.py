@@ -3,9 +3,11 @@
 Rules (FORMATS.md, payload kind 3):
   - AMD GPUs (HAL driver ``hip``): the module for the device's exact gfx arch;
   - NVIDIA GPUs (``cuda``): the module with the highest ``sm_NN`` not above the device's;
-  - CPUs (``local-task`` / ``local-sync``): the x86-64 micro-architecture level (``x86-64``,
-    ``-v2``, ``-v3``, ``-v4``) that is the highest this CPU supports; a module for another named
-    CPU is taken only when it names the handle's own CPU target (``host`` included).
+  - CPUs (``local-task`` / ``local-sync``): only modules whose recorded CPU features this CPU has
+    (``cpufeatures.py``; an entry without the record: its x86-64 level, else its name, decides);
+    of those, the x86-64 micro-architecture level (``x86-64``, ``-v2``, ``-v3``, ``-v4``) that is
+    the highest; else the module that names the handle's own CPU target (``host`` included); else
+    the module for another named CPU that needs the most features.
 A compile-only handle (no device) takes the module for its own target, else the first one: it
 never runs it, and re-serializing keeps every module.
 """
@@ -67,8 +69,10 @@ def device_text(device_uri: str | None, mine: Target | None) -> str:
     return f"device '{device_uri}' (target {mine}{extra})"
 
 
-def choose(targets: list[str], device_uri: str | None, mine: Target | None) -> int:
-    """Index of the entry the handle runs; NOT_SUPPORTED naming every target when none runs."""
+def choose(targets: list[str], device_uri: str | None, mine: Target | None, features=None) -> int:
+    """Index of the entry the handle runs; NOT_SUPPORTED naming every target when none runs.
+    ``features``: each entry's recorded CPU features ("" or None where not recorded)."""
+    from hipdnn_iree.plugins.iree_linalg import cpufeatures
     parsed = []
     for t in targets:
         try:
@@ -82,17 +86,27 @@ def choose(targets: list[str], device_uri: str | None, mine: Target | None) -> i
         return 0
     drv = driver_of(device_uri)
     best = None
+    lacking = {}
     if drv in ("local-task", "local-sync"):
         level = cpu_level()
-        rank = -1
+        feats = list(features or [""] * len(parsed))
+        rank, own, other, other_n = -1, None, None, -1
         for i, t in enumerate(parsed):
             if t is None or t.backend != "llvm-cpu":
                 continue
+            if feats[i]:
+                lacking[i] = cpufeatures.missing(feats[i])
+                if lacking[i]:
+                    continue
             if t.arch in _X86_LEVELS:
-                if level is not None and _ORDER.index(t.arch) <= _ORDER.index(level) and _ORDER.index(t.arch) > rank:
+                runs = bool(feats[i]) or (level is not None and _ORDER.index(t.arch) <= _ORDER.index(level))
+                if runs and _ORDER.index(t.arch) > rank:
                     best, rank = i, _ORDER.index(t.arch)
-            elif best is None and mine is not None and t.arch == mine.arch:
-                best = i
+            elif mine is not None and t.arch == mine.arch:
+                own = i if own is None else own
+            elif feats[i] and len(cpufeatures.required(feats[i])) > other_n:
+                other, other_n = i, len(cpufeatures.required(feats[i]))
+        best = best if best is not None else own if own is not None else other
     elif drv == "hip":
         for i, t in enumerate(parsed):
             if t is not None and t.backend == "rocm" and mine is not None and t.arch == mine.arch:
@@ -104,9 +118,11 @@ def choose(targets: list[str], device_uri: str | None, mine: Target | None) -> i
             if t is not None and t.backend == "cuda" and mine is not None and top < _sm(t.arch) <= _sm(mine.arch):
                 best, top = i, _sm(t.arch)
     if best is None:
+        why = "".join(f"; {targets[i]} needs CPU features this CPU lacks: {', '.join(m)}"
+                      for i, m in lacking.items() if m)
         raise HipdnnError(Status.NOT_SUPPORTED,
                           f"plan holds modules for {', '.join(targets)}; none of them runs on the handle's "
-                          f"{device_text(device_uri, mine)}: rebuild the plan with a target for this device")
+                          f"{device_text(device_uri, mine)}{why}: rebuild the plan with a target for this device")
     return best
 
 

@@ -39,6 +39,11 @@ def _address(buf) -> int:
     return int(np.frombuffer(buf, np.uint8).ctypes.data) if len(buf) else 0
 
 
+def _features_in(module) -> str:
+    from hipdnn_iree.plugins.iree_linalg.cpufeatures import canonical, features_in_vmfb
+    return canonical(features_in_vmfb(module))
+
+
 def _sm(arch: str) -> int:
     digits = "".join(ch for ch in arch if ch.isdigit())
     return int(digits) if digits else 0
@@ -103,12 +108,16 @@ def serialize(ctx: IreeExecutionContext, plugin_version: str, plan_info=None) ->
         # NOTE: dynamic plans say which dims vary (their module may come from a kernel cache, built
         # at other dims: the spec has the plan's own); the envelope's slot 5 says whether a restored
         # plan takes other shapes (override-shape plans only)
-        shape_spec=ctx.shape_spec.to_json() if ctx.shape_spec is not None else "")
+        shape_spec=ctx.shape_spec.to_json() if ctx.shape_spec is not None else "",
+        # NOTE: what a host must have to run the CPU code (cpufeatures.py); kind 3: per entry
+        cpu_features=ctx.cpu_features if len(variants) == 1 else "")
     if len(variants) == 1:
         kind, body = _fusplan.KIND_IREE_VMFB, [variants[0][1]]
     else:
         kind = _fusplan.KIND_MULTI_TARGET
-        body = _fusplan.multi_target_parts([(str(t), devices[t.backend], v) for t, v, _ in variants])
+        feats = ctx.variant_features or {}
+        body = _fusplan.multi_target_parts([(str(t), devices[t.backend], v, feats.get(str(t), ""))
+                                            for t, v, _ in variants])
     env = _fusplan.envelope_fields(info.get("engine_id", IREE_ENGINE_ID), info.get("workspace_size", 0),
                                    info.get("tensor_uids", sorted(t.uid for t in ctx.tensors)))
     try:
@@ -233,10 +242,13 @@ def restore(session: IreeSession, serialized, plan_info=None) -> IreeExecutionCo
                                        "target_device": meta.target_device, "target_arch": meta.target_arch})
     variants_raw = [(None, plan.body)]
     chosen = 0
+    features: list = [plan.metadata.cpu_features if plan.metadata is not None else ""]
     if plan.payload_kind == _fusplan.KIND_MULTI_TARGET:
         targets = [e.target for e in plan.entries]
         check_compatibility(session, {"compiler_version": plan.metadata.compiler_version})
-        chosen = choose(targets, session.device_uri, session.target)
+        features = [e.cpu_features or (_features_in(plan.module(e)) if e.target.startswith("llvm-cpu") else "")
+                    for e in plan.entries]
+        chosen = choose(targets, session.device_uri, session.target, features)
         check_compatibility(session, {"target_arch": targets[chosen]})
         variants_raw = [(e.target, plan.module(e)) for e in plan.entries]
     body = variants_raw[chosen][1]
@@ -269,6 +281,8 @@ def restore(session: IreeSession, serialized, plan_info=None) -> IreeExecutionCo
         raise HipdnnError(Status.PLUGIN_ERROR, f"plan index says its module {chosen} is for "
                                                f"{variants_raw[chosen][0]}, the module says {target}")
     ctx = IreeExecutionContext(body, abi, target, tensors_from_abi(abi), vm_module=module, in_place=in_place)
+    # NOTE: plans written before the metadata said it: the target attribute IREE wrote into the module
+    ctx.cpu_features = features[chosen] or (_features_in(body) if target.backend == "llvm-cpu" else "")
     if ctx.specialization is not None and module.lookup_function(ctx.specialization[0]) is None:
         raise HipdnnError(Status.PLUGIN_ERROR, f"plan module's ABI names a specialized function "
                                                f"'{ctx.specialization[0]}' the module does not have")
@@ -300,6 +314,7 @@ def restore(session: IreeSession, serialized, plan_info=None) -> IreeExecutionCo
     if plan.payload_kind == _fusplan.KIND_MULTI_TARGET:
         comp = ctx.compiler_version
         ctx.variants = tuple((parse_target(t), v, comp) for t, v in variants_raw)
+        ctx.variant_features = {t: f for (t, _), f in zip(variants_raw, features) if f}
     if GRAPH_KEY in refl:   # NOTE: plans from older releases do not carry it (hipdnn_iree/backend/selfcheck.py)
         import base64
         try:

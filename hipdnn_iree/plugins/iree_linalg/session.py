@@ -56,6 +56,8 @@ class IreeSession:
             return
         from hipdnn_iree.plugins.iree_linalg.runtime import LoadedModule
         check_runs_on(ctx.target, self.device_uri)
+        from hipdnn_iree.plugins.iree_linalg.cpufeatures import check_host
+        check_host(ctx.target, ctx.cpu_features)   # NOTE: before the module is loaded: its code would SIGILL
         ctx.module = LoadedModule(ctx.vmfb, self.device_uri, ctx.abi.get("entry", ENTRY_POINT), module=ctx.vm_module)
 
 
