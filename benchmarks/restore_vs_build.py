@@ -1,7 +1,8 @@
 """Build (compile) time vs restore-and-first-execute time, on the CPU, same graphs, one run.
 
-Usage: python benchmarks/restore_vs_build.py [--repeats N]
-Prints a markdown table of medians (and min/max) over N repetitions of each step.
+Usage: python benchmarks/restore_vs_build.py [--repeats N] [--tiny]
+Prints a markdown table of medians (and min/max) over N repetitions of each step. ``--tiny``
+shrinks the second graph to 16x32x64 (tests/test_benchmarks.py runs it so).
 """
 from __future__ import annotations
 
@@ -61,19 +62,23 @@ def fmt(xs):
     return f"{statistics.median(xs) * 1e3:.2f} ms (min {min(xs) * 1e3:.2f}, max {max(xs) * 1e3:.2f})"
 
 
-def main():
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeats", type=int, default=5)
-    args = ap.parse_args()
+    ap.add_argument("--tiny", action="store_true", help="a 16x32x64 matmul+bias+relu in place of 256x512x1024")
+    args = ap.parse_args(argv)
     handle = hd.create_handle()
+    big = ("matmul+bias+relu 16x32x64 f32", lambda: mlp(16, 32, 64)) if args.tiny else \
+        ("matmul+bias+relu 256x512x1024 f32", mlp)
     print("| graph | plan size | build (compile) | restore | restore + first execute | steady execute | build / (restore+first) |")
     print("|---|---|---|---|---|---|---|")
-    for name, factory in [("sample matmul 4x8x5", sample_matmul), ("matmul+bias+relu 256x512x1024 f32", mlp)]:
+    for name, factory in [("sample matmul 4x8x5", sample_matmul), big]:
         r = measure(factory, handle, args.repeats)
         ratio = statistics.median(r["build"]) / statistics.median(r["restore+first"])
         print(f"| {name} | {r['plan_bytes']} B | {fmt(r['build'])} | {fmt(r['restore'])} | {fmt(r['restore+first'])} "
               f"| {fmt(r['steady'])} | {ratio:.0f}x |")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

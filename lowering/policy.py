@@ -39,6 +39,9 @@ class LoweringPolicy:
             channels-last form (CPU: 2-3x and 13x).
         grouped_channels_last: grouped 2-D conv_fprop channels-last (CPU).
         grouped_split_max: up to this many groups, one conv per group; past it one nhwgc op.
+        conv_split_groups: grouped (not depthwise) convolutions in the channels-first form, fprop,
+            dgrad and wgrad, as one ungrouped conv per group (GPU targets). Correctness: IREE 3.13's
+            CUDA code for the grouped named op is wrong in f16/bf16 (docs/known_issues.md 9).
         lift_1d: 1-D convs lifted to 2-D named ops.
         conv_acc_operands: conv operands converted to the accumulator type before the conv op (set
             with IREE's CPU im2col pass on f16/bf16 convs, which it cannot otherwise compile).
@@ -52,7 +55,7 @@ class LoweringPolicy:
             weights-only graphs of >= 128 rows). NOTE: on a 2-core x86 CPU the region (no data tiling
             inside it) was 5.9x slower than IREE's own dispatches (11.9 vs 70.6 ms, MXFP8
             [512x1024x768]); on an H200, with a 128x64 matmul tile, 6.7x faster than them
-            (benchmarks/gpu_one_dispatch.py).
+            (benchmarks/gpu_one_dispatch.py (retired; in git history at commit 9e99c4b)).
     """
 
     target: str = "llvm-cpu:host"
@@ -63,6 +66,7 @@ class LoweringPolicy:
     wgrad_channels_last: bool = True
     grouped_channels_last: bool = True
     grouped_split_max: int = 64
+    conv_split_groups: bool = False
     lift_1d: bool = True
     conv_acc_operands: bool = False
     cuda_mma_barriers: bool = False

@@ -584,7 +584,7 @@ def test_f8_128x4_helpers(rng):
 
 def test_fp8_matmul_contracts_as_f16_on_gpu_targets():
     # GPU targets: FP8 operands decoded to f16 (exact) behind a barrier, so the contraction is a plain
-    # f16 one with f32 sums (the tensor-core path; benchmarks/gpu_quant.py measured it 1.9x faster than
+    # f16 one with f32 sums (the tensor-core path; benchmarks/gpu_quant.py (retired; in git history at commit 9e99c4b) measured it 1.9x faster than
     # the decode fused into the contraction on an H200); the CPU keeps f32 operands
     import iree.compiler as ic
     g = hd.Graph(io_data_type=DT.BFLOAT16, compute_data_type=DT.FLOAT)

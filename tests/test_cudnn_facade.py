@@ -595,7 +595,7 @@ def _tiles_128x4(s):
 def nvfp4_matmul_graph(cudnn, handle, m, n, k, bs):
     """An NVFP4 matmul as cuDNN FE's examples write it, built: FP4 A [1, M, K] and B [1, K, N] (K
     innermost for both, two codes per byte), E4M3 scales declared reordering_type=F8_128x4, FLOAT
-    out. Returns (graph, (A, SA, B, SB, C)); benchmarks/gpu_quant.py runs it on a GPU too."""
+    out. Returns (graph, (A, SA, B, SB, C)); benchmarks/gpu_quant.py (retired; in git history at commit 9e99c4b) runs it on a GPU too."""
     sk = k // bs
     fp4, e4m3 = cudnn.data_type.FP4_E2M1, cudnn.data_type.FP8_E4M3
     rk = dict(reordering_type=cudnn.tensor_reordering.F8_128x4)

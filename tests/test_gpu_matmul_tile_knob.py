@@ -1,6 +1,6 @@
 """The GPU_MATMUL_TILE knob: a transform-dialect tuning spec that sets the workgroup
 tile of matmul dispatches on GPUs. Compiled here for cuda:sm_80 with the real IREE compiler (no GPU
-needed to compile); its speed and outputs are measured on the H200 by benchmarks/autotune_gpu.py."""
+needed to compile); its speed and outputs are measured on the H200 by benchmarks/autotune_gpu.py (retired; in git history at commit 9e99c4b)."""
 import os
 
 import pytest

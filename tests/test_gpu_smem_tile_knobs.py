@@ -1,7 +1,7 @@
 """GPU_MATMUL_TILE's _SMEM tiles, GPU_CONV_TILE and GPU_PAD_FUSION: transform-dialect
 tuning specs with shared-memory operand tiles, and IREE's pad-into-conv fusion. Compiled here for
 cuda:sm_80 with the real IREE compiler (no GPU needed to compile); their speed and outputs are measured
-on the H200 by benchmarks/autotune_gpu.py (docs/benchmarks/autotune.md)."""
+on the H200 by benchmarks/autotune_gpu.py (retired; in git history at commit 9e99c4b) (docs/benchmarks/autotune.md)."""
 import pytest
 
 import hipdnn_iree as hd

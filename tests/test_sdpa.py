@@ -672,7 +672,7 @@ def test_sdpa_scale_tensor_refusals():
 @pytest.mark.parametrize("d, fused", [(256, True), (264, False)])
 def test_cuda_fused_path_only_up_to_head_dim_256(d, fused):
     # IREE 3.13's CUDA attention kernel was wrong for q/k head dims above 256 on the H200
-    # (benchmarks/gpu_sdpa_fused_probe.py): those graphs take the composition on CUDA targets.
+    # (benchmarks/gpu_sdpa_fused_probe.py (retired; in git history at commit 9e99c4b)): those graphs take the composition on CUDA targets.
     g = hd.Graph(io_data_type=hd.DataType.HALF, compute_data_type=hd.DataType.FLOAT)
     q = g.tensor(name="q", uid=1, dim=[1, 2, 16, d], stride=[32 * d, 16 * d, d, 1])
     k = g.tensor(name="k", uid=2, dim=[1, 2, 16, d], stride=[32 * d, 16 * d, d, 1])

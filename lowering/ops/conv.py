@@ -179,11 +179,12 @@ def _mac(em: Emitter, ins: Sequence[Value], acc: str):
 
 
 def _conv(em: Emitter, xp: Value, filt: Value, groups: int, stride: Sequence[int], dilation: Sequence[int],
-          out_sp: Sequence[int], acc: str) -> Value:
+          out_sp: Sequence[int], acc: str, split_groups: bool = False) -> Value:
     """Correlation of ``xp`` ``[N, C, *window extent]`` (already padded) with ``filt``.
 
     ``filt`` is ``[F, C, *R]`` when ``groups == 1`` and ``[G, F/G, C/G, *R]`` otherwise.
-    Returns ``[N, F, *out_sp]`` in ``acc``.
+    ``split_groups``: a grouped correlation as one ungrouped named op per group
+    (``LoweringPolicy.conv_split_groups``). Returns ``[N, F, *out_sp]`` in ``acc``.
     """
     rank = len(out_sp)
     attrs = _conv_attrs(stride, dilation)
@@ -195,6 +196,8 @@ def _conv(em: Emitter, xp: Value, filt: Value, groups: int, stride: Sequence[int
         name = em.op(f"{_NAMED[rank]} {attrs} ins({xp.ssa}, {filt.ssa} : {xp.type}, {filt.type}) "
                      f"outs({init} : {t}) -> {t}", "conv")
         return Value(name, out_shape, acc)
+    if split_groups and is_static(xp.shape):
+        return _conv_split(em, xp, filt, groups, stride, dilation, out_sp, acc)
     xg = _split(em, xp, 1, (groups, xp.shape[1] // groups))
     g_out = (n, groups, filt.shape[1], *out_sp)
     init = em.filled(g_out, acc, 0.0)
@@ -217,6 +220,35 @@ def _conv(em: Emitter, xp: Value, filt: Value, groups: int, stride: Sequence[int
                          ["parallel"] * (3 + rank) + ["reduction"] * (1 + rank), omap, _mac(em, [xg, filt], acc),
                          init=init)
     return _merge(em, res, 1)
+
+
+def _conv_split(em: Emitter, xp: Value, filt: Value, groups: int, stride: Sequence[int], dilation: Sequence[int],
+                out_sp: Sequence[int], acc: str) -> Value:
+    """``_conv`` of a grouped correlation as ``groups`` ungrouped ones on channel slices of ``xp`` and on
+    ``filt[g]``, each inserted into its channel range of one ``[N, F, *out_sp]`` result.
+
+    NOTE: the GPU form. IREE 3.13's CUDA code for the grouped named op (``conv_2d_ngchw_gfchw``, and
+    its generic 1-D/3-D twins) is wrong in f16/bf16 (issue 49: 87-97% of the outputs off; the
+    channels-last preprocessing pass that makes ungrouped convs right leaves grouped ones as they are);
+    each ungrouped slice takes the ungrouped path, which that pass converts (docs/known_issues.md 9).
+    """
+    n, cg = xp.shape[0], xp.shape[1] // groups
+    fg = filt.shape[1]
+    out_shape = (n, groups * fg, *out_sp)
+    t_out = tensor_type(out_shape, acc)
+    out = em.empty(out_shape, acc)
+    x_shape = (n, cg, *xp.shape[2:])
+    f_shape = tuple(filt.shape[1:])
+    part_shape = (n, fg, *out_sp)
+    for g in range(groups):
+        xs = em.op(f"tensor.extract_slice {xp.ssa}[0, {g * cg}, {_ints([0] * len(x_shape[2:]))}] [{_ints(x_shape)}] "
+                   f"[{_ints([1] * len(x_shape))}] : {xp.type} to {tensor_type(x_shape, xp.elem)}", "xg")
+        fs = em.op(f"tensor.extract_slice {filt.ssa}[{g}, {_ints([0] * len(f_shape))}] [1, {_ints(f_shape)}] "
+                   f"[{_ints([1] * (1 + len(f_shape)))}] : {filt.type} to {tensor_type(f_shape, filt.elem)}", "wg")
+        part = _conv(em, Value(xs, x_shape, xp.elem), Value(fs, f_shape, filt.elem), 1, stride, dilation, out_sp, acc)
+        out = em.op(f"tensor.insert_slice {part.ssa} into {out}[0, {g * fg}, {_ints([0] * len(out_sp))}] "
+                    f"[{_ints(part_shape)}] [{_ints([1] * len(part_shape))}] : {part.type} into {t_out}", "yg")
+    return Value(out, out_shape, acc)
 
 
 def _barrier(em: Emitter, v: Value) -> Value:
@@ -507,7 +539,7 @@ def _round_tf32(em: Emitter, v: Value) -> Value:
     f32 accumulator has TF32 tensor cores' numerics (``tf32_conv``: the cuDNN facade's default on
     CUDA, as cuDNN's and PyTorch's).
 
-    NOTE: measured on an H200 (benchmarks/tf32_probe.py, docs/gpu_results/tf32_probe_h200.json):
+    NOTE: measured on an H200 (benchmarks/tf32_probe.py (retired; in git history at commit 9e99c4b), docs/gpu_results/tf32_probe_h200.json):
     torch's TF32 conv (cuDNN 9.19's kernel; N16 C128 64x64, K256 3x3) against IEEE convs of
     converted operands, outputs past atol = rtol = 1e-3 of 16.7M: ties to even 0 (max 7.9e-4),
     ties away from zero 2,920 (max 0.012), low bits dropped 6.7M, no conversion 2.7M."""
@@ -556,7 +588,7 @@ def lower_conv_fprop(ctx: LowerContext, node: NodeDesc) -> None:
     extent = _extent(out_sp, kern, p.stride, p.dilation)
     xp = _place(em, x, p.pre, [1] * p.rank, extent)
     filt = w if groups == 1 else _split(em, w, 0, (groups, w.shape[0] // groups))
-    ctx.define(at.y_uid, _conv(em, xp, filt, groups, p.stride, p.dilation, out_sp, acc))
+    ctx.define(at.y_uid, _conv(em, xp, filt, groups, p.stride, p.dilation, out_sp, acc, pol.conv_split_groups))
 
 
 def _conv_dynamic_spatial(node: NodeDesc, em: Emitter, x: Value, w: Value, groups: int, p: ConvParams,
@@ -652,7 +684,8 @@ def lower_conv_dgrad(ctx: LowerContext, node: NodeDesc) -> None:
         unit = ConvParams(pre=(0,) * p.rank, post=(0,) * p.rank, stride=(1,) * p.rank, dilation=p.dilation)
         ctx.define(at.x_uid, _conv_channels_last(em, z, filt, 1, unit, dx_dims[2:], acc))
         return
-    ctx.define(at.x_uid, _conv(em, z, filt, groups, [1] * p.rank, p.dilation, dx_dims[2:], acc))
+    ctx.define(at.x_uid, _conv(em, z, filt, groups, [1] * p.rank, p.dilation, dx_dims[2:], acc,
+                                ctx.policy.conv_split_groups))
 
 
 @register_lowering(OpKind.CONV_WGRAD)
@@ -687,5 +720,6 @@ def lower_conv_wgrad(ctx: LowerContext, node: NodeDesc) -> None:
         res = _conv_channels_last(em, xs, filt, 1, swapped, kern, acc)    # [C, K, *R]
         ctx.define(at.w_uid, em.transpose(res, [1, 0, *sp]))
         return
-    res = _conv(em, xs, filt, groups, p.dilation, p.stride, kern, acc)      # [Cg, K, *R]
+    res = _conv(em, xs, filt, groups, p.dilation, p.stride, kern, acc,      # [Cg, K, *R]
+                ctx.policy.conv_split_groups)
     ctx.define(at.w_uid, em.transpose(res, [1, 0, *sp]))

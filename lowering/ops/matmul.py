@@ -124,7 +124,7 @@ def decoded_apart(ctx: LowerContext, v: Value) -> Value:
     (f16 codes' values written once) and the contraction one of plain f16 operands.
 
     NOTE: without it IREE 3.13 fuses the decode into the contraction's dispatch (one dispatch),
-    which the CUDA codegen then does not run on its f16 mma path: benchmarks/gpu_quant.py measures
+    which the CUDA codegen then does not run on its f16 mma path: benchmarks/gpu_quant.py (retired; in git history at commit 9e99c4b) measures
     both forms (docs/cudnn_side_by_side.md, fp8 matmul)."""
     return propagation_barrier(ctx.em, v)
 

@@ -27,7 +27,7 @@ epilogue; SCATTER's inverse or scatter) sit in one ``flow.dispatch.region``
 contraction's tiles, or on GPUs, SCATTER, everything into the scatter's tiles (llvm-cpu, cuda:sm_80,
 rocm:gfx942: tests/test_moe.py); left to its heuristics IREE 3.13 makes 2 (it fuses no producer into
 a contraction's dispatch).
-Measured (benchmarks/gpu_one_dispatch.py, H100, HALF, 2048 tokens, K=N=1024, 8 experts): NONE 0.91x
+Measured (benchmarks/gpu_one_dispatch.py (retired; in git history at commit 9e99c4b), H100, HALF, 2048 tokens, K=N=1024, 8 experts): NONE 0.91x
 and GATHER 0.89x the time of the 2-dispatch form, the backward equal; on a 2-core CPU all equal, SCATTER
 included. NOTE: the binary search inside the contraction's body (another one-dispatch form) runs for
 every multiply-add: 1.3-2.6x slower on the CPU, measured; not used.
@@ -211,7 +211,7 @@ def lower_moe_grouped_matmul(ctx: LowerContext, node: NodeDesc) -> None:
     # form too with unique_indices(false) (the contraction is then the root and the scatter, a consumer,
     # is not fused); with unique_indices(true) the scatter is the root and the rest is fused into its
     # tiles (one TileAndFuse dispatch). On the CPU the GPU form measured 41.7-47.6 ms against 35.4-39.8
-    # (HALF, 1024 rows, K=N=256, 8 experts; benchmarks/moe_scatter_forms_cpu.py, 2 runs of 2 passes):
+    # (HALF, 1024 rows, K=N=256, 8 experts; benchmarks/moe_scatter_forms_cpu.py (retired; in git history at commit 9e99c4b), 2 runs of 2 passes):
     # kept apart.
     rows_scattered = at.mode == MOE_MODE_SCATTER and not ctx.policy.is_cpu
     in_order = at.mode == MOE_MODE_NONE or rows_scattered

@@ -240,7 +240,7 @@ def lower_resample_bwd(ctx: LowerContext, node: NodeDesc) -> None:
     else:
         # NOTE: the divisor is computed in the gather's body. (The H200 FAIL rows that led here were
         # the reference's: torch's CUDA channels-last average-pool backward, see
-        # benchmarks/torch_avgpool_channels_last.py; the engine was right on every path.)
+        # benchmarks/torch_avgpool_channels_last.py (retired; in git history at commit 9e99c4b); the engine was right on every path.)
         src, index = dy, None
     out_sp = dy_static[2:]
     in_sp = dx_static[2:]

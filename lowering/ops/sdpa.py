@@ -239,7 +239,7 @@ def lower_sdpa(ctx: LowerContext, node: NodeDesc) -> None:
         # fused on GPUs (H200: 13.7 -> 3.5 ms at [4,16,2048,128]). The SDPA_FORM knob chooses.
         blocker = "lowering policy (sdpa_fused=False)"
     if blocker is None and d > _FUSED_MAX_D_CUDA and str(ctx.policy.target or "").startswith("cuda"):
-        # NOTE: measured on an H200 (IREE 3.13, cuda:sm_80 PTX; benchmarks/gpu_sdpa_fused_probe.py): the
+        # NOTE: measured on an H200 (IREE 3.13, cuda:sm_80 PTX; benchmarks/gpu_sdpa_fused_probe.py (retired; in git history at commit 9e99c4b)): the
         # fused op gave wrong o (max error about 5 on outputs of size about 4) for q/k head dims 264 and
         # 520, and was right for 32 to 256 (and for v head dims up to 520 with D = 64); the composition
         # is right there. Not measured on ROCm.

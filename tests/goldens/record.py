@@ -100,7 +100,7 @@ def record_builders(raw: str) -> dict:
 def collect(raw: str) -> tuple[list, dict]:
     """Distinct lowerings of ``raw``, each with an outcome a clean re-lowering reproduces.
 
-    NOTE: some tests monkeypatch the lowering (benchmarks/gpu_selfcheck.py's no-workaround variant):
+    NOTE: some tests monkeypatch the lowering (benchmarks/gpu_selfcheck.py (retired; in git history at commit 9e99c4b)'s no-workaround variant):
     their records are not this tree's behaviour. A key keeps the recorded outcome that replaying it
     here gives; a key none of whose outcomes replays is left out (counted as not_reproducible)."""
     sys.path.insert(0, HERE)

@@ -62,7 +62,7 @@ KNOBS = (
          "(the dequantized operand never written to memory) or IREE's own dispatches (AUTO: ONE_DISPATCH with "
          "the 128X64_SMEM matmul tile on CUDA for graphs of dequantize-matmuls with at least 128 rows, SPLIT "
          "elsewhere: the faster forms measured on an H200 at 2048 rows and on a 2-core CPU, "
-         "benchmarks/gpu_one_dispatch.py)"),
+         "benchmarks/gpu_one_dispatch.py (retired; in git history at commit 9e99c4b))"),
     Knob("SHAPE_SPECIALIZE", (AUTO, "ON", "OFF"), AUTO,
          "dynamic-shape plans only: the module also holds the static code of the build shape, run when every "
          "bound tensor has its built dims and strides (AUTO: on for override-shape plans)"),
@@ -72,7 +72,7 @@ IM2COL_FLAG = CPU_CONV1D_FLAGS[0]
 # DEQUANT_MATMUL AUTO on CUDA: one dispatch region with this tile from this many matmul rows (M) up.
 # NOTE: measured at M=2048 only (H200); 128 is where the 128-row tile is full (the decode then done once
 # per column tile, as SPLIT's decode dispatch does it), a choice, not a measurement: a GPU run of
-# benchmarks/gpu_one_dispatch.py --deq-rows 16,128,512,2048 would settle it (this session's got no machine)
+# benchmarks/gpu_one_dispatch.py (retired; in git history at commit 9e99c4b) --deq-rows 16,128,512,2048 would settle it (this session's got no machine)
 DEQUANT_MATMUL_TILE = "128X64_SMEM"
 DEQUANT_MATMUL_ROWS = 128
 NO_REDUCTION_DISTRIBUTION_FLAG = "--iree-codegen-llvmgpu-use-reduction-vector-distribution=false"
@@ -265,7 +265,7 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
                               wgrad_channels_last=last, grouped_channels_last=last)
     dq = get("DEQUANT_MATMUL")
     # NOTE: AUTO is ONE_DISPATCH for CUDA graphs of dequantize-matmuls with at least DEQUANT_MATMUL_ROWS rows
-    # (with the 128X64_SMEM tile below) and SPLIT elsewhere; measured on an H200 (benchmarks/gpu_one_dispatch.py,
+    # (with the 128X64_SMEM tile below) and SPLIT elsewhere; measured on an H200 (benchmarks/gpu_one_dispatch.py (retired; in git history at commit 9e99c4b),
     # docs/gpu_results/gpu_one_dispatch_h200.json) and a 2-core CPU (ONE_DISPATCH 5.9x slower there)
     rows = summary.dequant_matmul_rows
     if dq == AUTO and target.backend == "cuda" and rows is not None and rows >= DEQUANT_MATMUL_ROWS \
