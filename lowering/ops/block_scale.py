@@ -22,6 +22,14 @@ ulp towards the exact value first (``midpoint * scale`` is exact in f32 and is c
 dequantize: ``y = x * scale`` with each scale element broadcast over its block (affine maps with
 ``floordiv``), in f32, rounded once to y's type. The 8- and 4-bit types reach these emitters as
 f32 values (lowering/_context.py decodes inputs and encodes outputs).
+
+E8M0 scales are applied by :func:`_ldexp`, integer arithmetic on the f32 bits, never by a float
+multiply or divide. NOTE: IREE's CPU runtime runs every dispatch with the x86 MXCSR flags FTZ and
+DAZ set (iree/task/worker.c, iree/hal/local/inline_command_buffer.c; docs/known_issues.md), so a
+subnormal f32 operand reads as 0 and a subnormal result is written as 0. E8M0 code 0 is 2^-127, a
+subnormal: divided by (quantize) or multiplied with (dequantize) in floating point it made every
+value of its block 0. ``_ldexp`` gives the exact ``x * 2^k`` (a subnormal x normalized first, a
+subnormal result written as its bits, rounded to nearest even) in any FP mode, on every target.
 """
 from __future__ import annotations
 
@@ -98,6 +106,53 @@ def _e4m3_scale(em: Emitter, amax: str, fmt: mf.Format) -> str:
     return em.op(f"arith.select {bump}, {em.op(f'arith.addi {c}, {one} : i8')}, {c} : i8")
 
 
+def _ldexp(em: Emitter, x: str, k: str) -> str:
+    """``x * 2^k`` (``x`` f32, ``k`` i32) from the bits, exact whatever the FP mode: subnormal
+    operands and results included, rounded to nearest even, +-inf past the range; zero, inf and
+    NaN ``x`` unchanged."""
+    c = lambda v: _i32(em, v)   # noqa: E731
+    op = em.op
+    bits = op(f"arith.bitcast {x} : f32 to i32")
+    sign = op(f"arith.andi {bits}, {c(-0x80000000)} : i32")
+    mag = op(f"arith.andi {bits}, {c(0x7FFFFFFF)} : i32")
+    ex = op(f"arith.shrui {mag}, {c(23)} : i32")
+    man = op(f"arith.andi {mag}, {c(0x7FFFFF)} : i32")
+    # a subnormal x is man * 2^-149: man as an f32 (exact, normal) gives its exponent and mantissa
+    mb = op(f"arith.bitcast {op(f'arith.sitofp {man} : i32 to f32')} : f32 to i32")
+    sub = op(f"arith.cmpi eq, {ex}, {c(0)} : i32")
+    mex = op(f"arith.shrui {mb}, {c(23)} : i32")
+    ex = op(f"arith.select {sub}, {op(f'arith.subi {mex}, {c(149)} : i32')}, {ex} : i32")
+    man = op(f"arith.select {sub}, {op(f'arith.andi {mb}, {c(0x7FFFFF)} : i32')}, {man} : i32")
+    ne = op(f"arith.addi {ex}, {k} : i32")
+    normal = op(f"arith.ori {op(f'arith.shli {ne}, {c(23)} : i32')}, {man} : i32")
+    # below the normal range: the significand shifted right by 1 - ne, rounded half to even (a
+    # carry into bit 23 gives the smallest normal, as it should)
+    sig = op(f"arith.ori {man}, {c(0x800000)} : i32")
+    sh = op(f"arith.minsi {op(f'arith.subi {c(1)}, {ne} : i32')}, {c(31)} : i32")
+    sh = op(f"arith.maxsi {sh}, {c(1)} : i32")
+    q = op(f"arith.shrui {sig}, {sh} : i32")
+    low = op(f"arith.shli {c(1)}, {sh} : i32")
+    rem = op(f"arith.andi {sig}, {op(f'arith.subi {low}, {c(1)} : i32')} : i32")
+    half = op(f"arith.shli {c(1)}, {op(f'arith.subi {sh}, {c(1)} : i32')} : i32")
+    odd = op(f"arith.cmpi ne, {op(f'arith.andi {q}, {c(1)} : i32')}, {c(0)} : i32")
+    tie = op(f"arith.cmpi eq, {rem}, {half} : i32")
+    up = op(f"arith.ori {op(f'arith.cmpi ugt, {rem}, {half} : i32')}, {op(f'arith.andi {odd}, {tie} : i1')} : i1")
+    tiny = op(f"arith.addi {q}, {op(f'arith.extui {up} : i1 to i32')} : i32")
+    out = op(f"arith.select {op(f'arith.cmpi sge, {ne}, {c(1)} : i32')}, {normal}, {tiny} : i32")
+    out = op(f"arith.select {op(f'arith.cmpi sge, {ne}, {c(255)} : i32')}, {c(0x7F800000)}, {out} : i32")
+    special = op(f"arith.ori {op(f'arith.cmpi eq, {mag}, {c(0)} : i32')}, "
+                 f"{op(f'arith.cmpi uge, {mag}, {c(0x7F800000)} : i32')} : i1")
+    out = op(f"arith.select {special}, {mag}, {out} : i32")
+    return op(f"arith.bitcast {op(f'arith.ori {out}, {sign} : i32')} : i32 to f32")
+
+
+def _e8m0_exponent(em: Emitter, s: str) -> str:
+    """The E8M0 code of a decoded E8M0 scale (``_minifloat.decode``: code 0 is 2^-127's bits
+    0x400000, whose exponent field is 0; NaN, code 255, has 255), from its bits (i32)."""
+    b = em.op(f"arith.bitcast {s} : f32 to i32")
+    return em.op(f"arith.andi {em.op(f'arith.shrui {b}, {_i32(em, 23)} : i32')}, {_i32(em, 255)} : i32")
+
+
 def _nudged(em: Emitter, q: str, ax: str, s: str, fmt: mf.Format) -> str:
     """``q = x / s`` moved one ulp towards the exact quotient when it lies exactly on a midpoint of
     ``fmt``'s grid (``ax = |x|``); otherwise ``q``."""
@@ -162,11 +217,13 @@ def lower_quantize(ctx: LowerContext, node: NodeDesc) -> None:
 
     def y_body(a):
         xv = em.cast(a[0], x.elem, "f32")
-        q = em.op(f"arith.divf {xv}, {a[1]} : f32")
-        if skind != "e8m0":
+        if skind == "e8m0":   # x * 2^(127 - code), exact at code 0 (2^-127) too; the scale is never 0
+            q = _ldexp(em, xv, em.op(f"arith.subi {_i32(em, 127)}, {_e8m0_exponent(em, a[1])} : i32"))
+        else:
+            q = em.op(f"arith.divf {xv}, {a[1]} : f32")
             q = _nudged(em, q, em.op(f"math.absf {xv} : f32"), a[1], fmt)
-        zero = em.op(f"arith.cmpf oeq, {a[1]}, {em.const(0.0, 'f32')} : f32")
-        q = em.op(f"arith.select {zero}, {em.const(0.0, 'f32')}, {q} : f32")
+            zero = em.op(f"arith.cmpf oeq, {a[1]}, {em.const(0.0, 'f32')} : f32")
+            q = em.op(f"arith.select {zero}, {em.const(0.0, 'f32')}, {q} : f32")
         nan = em.op(f"arith.cmpf uno, {a[1]}, {a[1]} : f32")   # a NaN block: +NaN (the sign of x / NaN varies)
         return em.op(f"arith.select {nan}, {em.const(float('nan'), 'f32')}, {q} : f32")
 
@@ -191,8 +248,17 @@ def lower_dequantize(ctx: LowerContext, node: NodeDesc) -> None:
     e = [f"d{i}" for i in range(rank)]
     smap = _amap(rank, [f"d{i} floordiv {b}" if b != 1 else e[i] for i, b in enumerate(blocks)])
 
+    e8m0 = ctx.tensor(at.scale_uid).data_type == D.FP8_E8M0
+
     def body(a):
-        return em.op(f"arith.mulf {em.cast(a[0], x.elem, 'f32')}, {em.cast(a[1], s.elem, 'f32')} : f32")
+        xv, sv = em.cast(a[0], x.elem, "f32"), em.cast(a[1], s.elem, "f32")
+        if not e8m0:
+            return em.op(f"arith.mulf {xv}, {sv} : f32")
+        # x * 2^(code - 127), exact at code 0 (2^-127) too; code 255 (NaN) gives NaN
+        code = _e8m0_exponent(em, sv)
+        y = _ldexp(em, xv, em.op(f"arith.subi {code}, {_i32(em, 127)} : i32"))
+        nan = em.op(f"arith.cmpi eq, {code}, {_i32(em, 255)} : i32")
+        return em.op(f"arith.select {nan}, {em.const(float('nan'), 'f32')}, {y} : f32")
 
     y = em.generic([(x, _amap(rank, e)), (s, smap)], x.shape, "f32", ["parallel"] * rank, _amap(rank, e), body)
     ctx.define(at.y_uid, y)
