@@ -60,6 +60,27 @@ def test_documented_flush_mode(device):
     np.testing.assert_array_equal(y, np.float32(1e-18) * np.float32(1e-18))           # normal: IEEE
 
 
+@pytest.mark.parametrize("dt, np_t, a, b, flushed", [
+    (DT.BFLOAT16, ml_dtypes.bfloat16, 1e-40, 1e30, True),   # f32's exponent range: flushed
+    (DT.DOUBLE, np.float64, 1e-310, 1e300, True),           # MXCSR governs f64 too
+    (DT.HALF, np.float16, 1e-7, 2.0, False),                # f16 subnormals are normal f32: kept
+], ids=["bf16", "f64", "f16"])
+def test_documented_flush_mode_other_types(dt, np_t, a, b, flushed):
+    h = hd.create_handle(cache=False)
+    g = hd.Graph(name="ftz", io_data_type=dt, compute_data_type=DT.DOUBLE if dt == DT.DOUBLE else DT.FLOAT)
+    x, w = g.tensor(name="A", uid=1, dim=[8]), g.tensor(name="B", uid=2, dim=[8])
+    g.pointwise(x, w, mode=hd.PointwiseMode.MUL).set_output(True).set_uid(3)
+    g.build(h)
+    xs, ws, y = np.full(8, a, np_t), np.full(8, b, np_t), np.full(8, np.nan, np_t)
+    assert 0 < abs(float(xs[0])) < np.finfo(np_t).tiny   # a subnormal of its type
+    g.execute(h, {1: xs, 2: ws, 3: y})
+    want = np.asarray(xs.astype(np.float64) * ws.astype(np.float64)).astype(np_t)
+    if flushed:
+        assert np.all(y.astype(np.float64) == 0) and np.all(want.astype(np.float64) > 0), y
+    else:
+        np.testing.assert_array_equal(y.astype(np.float64), want.astype(np.float64))
+
+
 @pytest.mark.parametrize("ydt, block", MX, ids=lambda v: getattr(v, "name", str(v)))
 def test_e8m0_code_0_round_trip(rng, ydt, block):
     """Blocks whose amax is at most vmax * 2^-127 (scale code 0, 2^-127), subnormal inputs among
