@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (no IREE compiler, no network): install the carried runtime wheels,
 # then the correctness matrix and the benchmark over plans compiled on the build machine.
-# Usage: bash benchmarks/gpu_run.sh [tests|newtests|blocks|fe|sbs|all]   (results go to $OUT or ./gpu_results)
+# Usage: bash benchmarks/gpu_run.sh [tests|newtests|blocks|fe|sbs|fuzz|all]   (results go to $OUT or ./gpu_results)
 # all = tests, blocks, sbs. benchmarks/README.md says what each mode runs and reports.
 # tests/newtests need the IREE compiler there too: .gpu/iree_compiler.tar.xz (iree-base-compiler's
 # wheel unpacked, libIREECompiler.so stripped), unpacked beside the runtime; .whl also carries the
@@ -33,6 +33,21 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
 python3 -c "import torch, numpy; print('torch', torch.__version__, 'numpy', numpy.__version__)" >> "$OUT/gpu.txt" 2>&1
 what=${1:-all}
+# The random-graph fuzzer's GPU tier (tests/fuzz_ops.py, issue 49) runs first in every mode: FUZZ_CASES graphs
+# (default 2000; 0 skips it) built here for FUZZ_TARGET and run on the GPU against float64 references, in
+# FUZZ_JOBS parallel shards; fuzz_summary.json/.md hold the merged counts, every wrong case with its
+# reproduction line, the refusals and the median build time.
+if [ "${FUZZ_CASES:-2000}" != 0 ] && [ "$what" != setup ]; then
+    jobs=${FUZZ_JOBS:-12}; per=$(( (${FUZZ_CASES:-2000} + jobs - 1) / jobs ))
+    for s in $(seq 1 "$jobs"); do
+        timeout "${FUZZ_TIMEOUT:-900}" python3 tests/fuzz_ops.py --deadline-s "${FUZZ_DEADLINE:-420}" --device cuda --target "${FUZZ_TARGET:-cuda:sm_80}" \
+            --size "${FUZZ_SIZE:-large}" --cases "$per" --seed "$(( ${FUZZ_SEED:-100} + s ))" \
+            --json "$OUT/fuzz_shard_$s.json" > "$OUT/fuzz_shard_$s.txt" 2>&1 &
+    done
+    wait
+    python3 tests/fuzz_ops.py --merge "$OUT"/fuzz_shard_*.json --json "$OUT/fuzz_summary.json" --md "$OUT/fuzz_summary.md"
+    echo "fuzz rc=$?"; cat "$OUT/fuzz_summary.md" | cut -c1-400 | head -60
+fi
 if [ "$what" = tests ] || [ "$what" = all ]; then
     # the gpu-marked tests, built and run on this machine (one process, as users work)
     python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_output_strides.py tests/test_gpu_build_all.py \

@@ -369,11 +369,12 @@ def run_case(cs: dict, handle, build_handle=None) -> dict:
         return {"status": "refused", "why": f"{e.status.name}: {str(e)[:300]}", "stage": "build"}
     t_build = time.perf_counter() - t0
     before = {u: np.array(a, copy=True) for u, a in ins.items()}
+    t1 = time.perf_counter()
     try:
         g.execute(handle, {**ins, **outs})
     except hd.HipdnnError as e:
         return {"status": "error", "why": f"execute: {e.status.name}: {str(e)[:300]}", "build_s": t_build}
-    res = {"status": "right", "build_s": t_build, "err": 0.0}
+    res = {"status": "right", "build_s": t_build, "first_execute_s": time.perf_counter() - t1, "err": 0.0}
     for u, a in ins.items():
         if not np.array_equal(np.asarray(a, np.float32), np.asarray(before[u], np.float32), equal_nan=True):
             res.update(status="WRONG", why=f"input uid {u} was changed by execute")
@@ -413,11 +414,42 @@ def describe(cs: dict) -> str:
             f"causal{cs['causal']}")
 
 
-def run(cases, handle, target, device=None, log=print, build_handle=None) -> dict:
+class _CompileClock:
+    """Seconds spent in ``iree-compile`` (the engine's compile_mlir), to split build time into compile and the rest."""
+
+    def __init__(self):
+        from hipdnn_iree.plugins.iree_linalg import compile as _compile
+        self.mod, self.real, self.total = _compile, _compile.compile_mlir, 0.0
+
+    def __enter__(self):
+        def timed(*a, **k):
+            t = time.perf_counter()
+            try:
+                return self.real(*a, **k)
+            finally:
+                self.total += time.perf_counter() - t
+        self.mod.compile_mlir = timed
+        return self
+
+    def __exit__(self, *exc):
+        self.mod.compile_mlir = self.real
+
+
+def run(cases, handle, target, device=None, log=print, build_handle=None, deadline_s=None) -> dict:
+    """Runs ``cases`` (stopping early, counted as ``not_run``, once ``deadline_s`` seconds have passed)."""
     counts, wrong, refused, build_s = collections.Counter(), [], collections.Counter(), []
-    for cs in cases:
+    compile_s, exec_s = [], []
+    t_start = time.perf_counter()
+    for i, cs in enumerate(cases):
+        if deadline_s is not None and time.perf_counter() - t_start > deadline_s:
+            counts["not_run"] += len(cases) - i
+            break
         try:
-            r = run_case(cs, handle, build_handle)
+            with _CompileClock() as clock:
+                r = run_case(cs, handle, build_handle)
+            if "first_execute_s" in r:
+                compile_s.append(clock.total)
+                exec_s.append(r["first_execute_s"])
         except Exception as e:   # a raw exception from inside is itself a defect: count it, keep going
             r = {"status": "error", "why": f"{type(e).__name__}: {e}"[:300], "trace": traceback.format_exc()[-800:]}
         counts[r["status"]] += 1
@@ -430,7 +462,49 @@ def run(cases, handle, target, device=None, log=print, build_handle=None) -> dic
             log(f"{r['status']}: {describe(cs)} err={r.get('err')} tol={r.get('tol')} {r.get('why', '')}\n"
                 f"  repro: {repro_line(cs, target, device)}")
     return {"counts": dict(counts), "wrong": wrong, "refused": dict(refused.most_common()),
-            "median_build_s": float(np.median(build_s)) if build_s else None, "cases": len(cases)}
+            "median_build_s": float(np.median(build_s)) if build_s else None,
+            "median_compile_s": float(np.median(compile_s)) if compile_s else None,
+            "median_first_execute_s": float(np.median(exec_s)) if exec_s else None, "cases": len(cases),
+            "build_s": [round(v, 4) for v in build_s], "compile_s": [round(v, 4) for v in compile_s],
+            "first_execute_s": [round(v, 4) for v in exec_s]}
+
+
+def merge(paths) -> dict:
+    """One summary of several shard results (counts added, wrong cases and refusals listed, medians over
+    every case's build time): what is committed (docs/gpu_results), not the per-case samples."""
+    counts, refused, wrong, build, comp, first, wall = collections.Counter(), collections.Counter(), [], [], [], [], []
+    meta = {}
+    for p in paths:
+        try:
+            with open(p) as f:
+                d = json.load(f)
+        except (OSError, ValueError):
+            counts["shard_missing"] += 1   # a shard killed by its time limit wrote nothing
+            continue
+        counts.update(d["counts"])
+        refused.update(d["refused"])
+        wrong += d["wrong"]
+        build += d.get("build_s", [])
+        comp += d.get("compile_s", [])
+        first += d.get("first_execute_s", [])
+        wall.append(d.get("wall_s", 0))
+        meta = {k: d.get(k) for k in ("target", "device", "size")}
+    med = lambda v: round(float(np.median(v)), 4) if v else None  # noqa: E731
+    return {**meta, "shards": len(paths), "counts": dict(counts), "refused": dict(refused.most_common()),
+            "wrong": wrong, "median_build_s": med(build), "median_compile_s": med(comp),
+            "median_first_execute_s": med(first), "built": len(build), "max_shard_wall_s": max(wall or [0])}
+
+
+def summary_md(s: dict) -> str:
+    c = s["counts"]
+    lines = [f"fuzz {s.get('target')} ({s.get('size')}): {sum(v for k, v in c.items() if k != 'shard_missing')} cases, "
+             f"right {c.get('right', 0)}, not run (time) {c.get('not_run', 0)}, WRONG {c.get('WRONG', 0)}, error {c.get('error', 0)}, "
+             f"refused {c.get('refused', 0)}; median build {s['median_build_s']} s (compile {s['median_compile_s']} s), "
+             f"first execute {s['median_first_execute_s']} s", "", "| status | case | err / tol |", "|---|---|---|"]
+    for w in s["wrong"]:
+        lines.append(f"| {w['status']} | {w['what']} | {w.get('err')} / {w.get('tol')} {w.get('why', '')[:200]} |")
+    lines += ["", "| refused (count) | why |", "|---|---|"] + [f"| {n} | {why} |" for why, n in s["refused"].items()]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None):
@@ -441,9 +515,21 @@ def main(argv=None):
     ap.add_argument("--size", default="small", choices=["small", "large"])
     ap.add_argument("--target", default="llvm-cpu:host")
     ap.add_argument("--device", default=None, help="IREE device (default: local-task for CPU targets)")
+    ap.add_argument("--deadline-s", type=float, default=None, help="start no case after this many seconds")
     ap.add_argument("--case", default=None, help="one case's JSON (a reproduction line)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--merge", nargs="+", default=None, help="shard JSON files to merge into one summary")
+    ap.add_argument("--md", default=None, help="with --merge: the summary as markdown")
     a = ap.parse_args(argv)
+    if a.merge:
+        s = merge(a.merge)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(s, f, indent=1, default=str)
+        if a.md:
+            with open(a.md, "w") as f:
+                f.write(summary_md(s))
+        return 0 if not s["counts"].get("WRONG") and not s["counts"].get("error") else 1
     device = a.device or ("local-task" if a.target.startswith("llvm-cpu") else None)
     handle = hd.create_handle(device=device, target=a.target)
     if a.case:
@@ -453,9 +539,10 @@ def main(argv=None):
         cases = [gen_case(a.seed * 1_000_003 + i, kinds[i % len(kinds)] if len(kinds) < len(KINDS) else
                           (None if len(kinds) == len(KINDS) else kinds[0]), a.size) for i in range(a.cases)]
     t0 = time.perf_counter()
-    out = run(cases, handle, a.target, a.device)
+    out = run(cases, handle, a.target, a.device, deadline_s=a.deadline_s)
     out.update(target=a.target, device=device, seed=a.seed, size=a.size, wall_s=round(time.perf_counter() - t0, 1))
-    summary = {k: out[k] for k in ("counts", "median_build_s", "cases", "wall_s")}
+    summary = {k: out[k] for k in ("counts", "median_build_s", "median_compile_s", "median_first_execute_s",
+                                   "cases", "wall_s")}
     print(json.dumps(summary))
     if a.json:
         with open(a.json, "w") as f:
