@@ -124,7 +124,7 @@ class BindingMethods:
             uid = t._t.get_uid()
             buf = pack[uid]
             if any(_shares_memory(buf, i) for i in ins):
-                own = buf.clone() if hasattr(buf, "clone") else np.array(buf, copy=True)
+                own = _own_like(buf)
                 pack[uid] = own
                 out.append((own, buf))
         return out
@@ -259,6 +259,22 @@ def _warn_reinterpret(hdt, have: str, want: str) -> None:
     import warnings
     warnings.warn(f"tensor '{hdt.get_name()}' (uid {hdt.get_uid()}) is {want.upper()}, its buffer {have}: the "
                   f"buffer's bytes are read as {want} (cuDNN binds addresses, not types)", RuntimeWarning, stacklevel=5)
+
+
+def _own_like(buf):
+    """A copy of ``buf`` with its strides (gaps included: clone and np.array would pack a gapped
+    view, and the plan checks an output's strides)."""
+    if hasattr(buf, "clone"):
+        import torch
+        own = torch.empty_strided(tuple(buf.shape), tuple(buf.stride()), dtype=buf.dtype, device=buf.device)
+        return own.copy_(buf)
+    item = buf.itemsize
+    span = _span(buf.shape, [s // item for s in buf.strides]) if buf.size else 0
+    if any(s < 0 or s % item for s in buf.strides):
+        return np.array(buf, copy=True)
+    own = np.lib.stride_tricks.as_strided(np.empty(max(span, 1), buf.dtype), shape=buf.shape, strides=buf.strides)
+    own[...] = buf
+    return own
 
 
 def _shares_memory(a, b) -> bool:

@@ -131,7 +131,7 @@ class OpMethods:
     def _pw(self, mode, a, b=None, c=None, compute_data_type=None, name="", **params):
         y = self._hd.pointwise(self._in(a), self._in(b), self._in(c), mode=PointwiseMode[mode],
                                compute_data_type=self._cdt(compute_data_type), name=name or None, **params)
-        return self._wrap(y)
+        return self._wrap(y._like_input())   # cuDNN's pointwise rule: unset strides copied from an input
 
     @_translate
     def pointwise(self, mode, input0, input1=None, input2=None, compute_data_type=None, name=""):

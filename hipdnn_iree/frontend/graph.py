@@ -713,6 +713,21 @@ def _inferred_strides(n: _Node, out_field: str, dims, hint=None) -> list[int]:
     cuDNN facade's conv and reduction outputs) packs rank >= 3 outputs channels-last instead."""
     if hint == "channels_last" and len(dims) >= 3:
         return _strides_in_order(dims, [0, *range(2, len(dims)), 1])
+    if hint == "like_input" and n.kind == OpKind.POINTWISE:
+        # cuDNN FE's pointwise rule (node/pointwise.h): the strides of the first input whose dims
+        # equal the output's, copied as they are (gaps included: an output written in place into
+        # a view of a wider buffer, as test_apply_rope.py does); inputs with stride 0 or
+        # overlapping axes are passed over (an output may not alias itself)
+        for in_f in ("in_0_uid", "in_1_uid", "in_2_uid"):
+            ref = n.tensors.get(in_f)
+            if ref is None or ref.is_scalar() or ref._stride is None or list(ref._dim) != list(dims):
+                continue
+            try:
+                lay = physical_layout(ref._dim, ref._stride, output=True)
+            except GraphError:
+                continue
+            if not lay.bcast_axes:
+                return list(ref._stride)
     if n.kind == OpKind.BLOCK_SCALE_QUANTIZE and n.params.get("transpose"):
         return _transposed_quantize_strides(n, dims)
     for out_f, in_f in OPS[n.kind].stride_order_from:

@@ -31,7 +31,7 @@ class TensorAttributes:
         self._is_virtual = bool(is_virtual)
         self._value = value
         self._stride_inferred = False   # _stride was inferred by validate (reset on the next one)
-        self._layout_hint = None        # "channels_last": how validate lays out unset output strides
+        self._layout_hint = None        # "channels_last", "like_input": how validate lays out unset output strides
         if uid is not None:
             self.set_uid(uid)
 
@@ -39,6 +39,12 @@ class TensorAttributes:
         """Unset output strides are laid out packed channels-last at validate (cuDNN's default for
         conv and reduction outputs; the facade asks for it)."""
         self._layout_hint = "channels_last"
+        return self
+
+    def _like_input(self) -> "TensorAttributes":
+        """Unset pointwise output strides are copied at validate from the first input of the same
+        dims (cuDNN FE's rule; the facade asks for it), gaps included."""
+        self._layout_hint = "like_input"
         return self
 
     def _set_constant(self, value: float) -> "TensorAttributes":
