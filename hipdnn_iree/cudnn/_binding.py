@@ -53,9 +53,9 @@ class BindingMethods:
             buf = _as_buffer(t._t, buf, hd_handle)
             pack[t._t.get_uid()] = _by_address(t._t, buf) if by_address else buf
             raw[t] = buf
-        for alias, src in self._aliases:
+        for alias, src, *offset in self._aliases:
             if src in raw:
-                pack[alias.get_uid()] = _by_address(alias, raw[src])
+                pack[alias.get_uid()] = _by_address(alias, _from_element(raw[src], offset[0] if offset else 0))
         self._copy_back = self._in_place_outputs(pack, raw)
         return values, pack
 
@@ -259,6 +259,27 @@ def _warn_reinterpret(hdt, have: str, want: str) -> None:
     import warnings
     warnings.warn(f"tensor '{hdt.get_name()}' (uid {hdt.get_uid()}) is {want.upper()}, its buffer {have}: the "
                   f"buffer's bytes are read as {want} (cuDNN binds addresses, not types)", RuntimeWarning, stacklevel=5)
+
+
+def _from_element(buf, offset: int):
+    """``buf``'s memory from its element ``offset`` (in its own strides' units) on, as a one-element
+    view that _by_address widens to the declared dims and strides (a slice's first element)."""
+    if not offset:
+        return buf
+    if hasattr(buf, "as_strided") and callable(buf.as_strided):       # torch
+        return buf.as_strided((1,), (1,), buf.storage_offset() + offset)
+    if isinstance(buf, np.ndarray):
+        base = buf
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        flat = base.reshape(-1) if base.flags.c_contiguous else None
+        lo = (buf.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // buf.itemsize \
+            if flat is not None else None
+        if flat is None or flat.dtype != buf.dtype:
+            raise HipdnnError(Status.BAD_PARAM, "slice: bind the sliced input as a C-contiguous numpy array "
+                                                "(or a view of one)")
+        return flat[lo + offset:]
+    raise HipdnnError(Status.BAD_PARAM, f"slice: cannot address a {type(buf).__name__} buffer from an offset")
 
 
 def _own_like(buf):

@@ -60,7 +60,8 @@ class pygraph(OpMethods, MoeMethods, PlanMethods, BindingMethods):
         self._copy_back = []
         self._scatter_back = []
         self._tile_index = {}             # F8_128x4 gather/scatter indices on a device (_binding.py)
-        self._aliases = []                # (hd tensor, facade tensor): bound to the facade tensor's buffer
+        self._aliases = []                # (hd tensor, facade tensor[, offset]): bound to the facade tensor's
+        #                                   buffer (from its element ``offset``: slice)
         self._deselected = set()          # engine ids left out (deselect_engines)
         self._inputs = set()              # id(hd tensor) of the graph's inputs (made by tensor())
         if device_property is not None and self._handle is None:
@@ -344,7 +345,6 @@ NOT_SUPPORTED_METHODS = {   # method -> (what it does, what works instead or Non
     "adalayernorm_backward": ("the adaptive layernorm backward pass", None),
     "sdpa_fp8": ("FP8 SDPA (FP8 data types)", None),
     "sdpa_fp8_backward": ("the FP8 SDPA backward pass", None),
-    "slice": ("the slice op", None),
     "reshape": ("the reshape op", None),
     "transpose": ("transpose as an op", "describe a transposed input with strides instead"),
     "concatenate": ("the concatenate op", None),

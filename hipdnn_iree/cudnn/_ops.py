@@ -2,6 +2,7 @@
 ``hd.Graph`` nodes at once; mixed into ``pygraph``."""
 from __future__ import annotations
 
+import builtins
 import math
 import numbers
 
@@ -126,6 +127,50 @@ class OpMethods:
             self._defer(f"matmul: padding={padding!r} (the value ragged rows are padded with) is not supported")
         return self._wrap(self._hd.matmul(self._in(A, "A"), self._in(B, "B"),
                                           compute_data_type=self._cdt(compute_data_type), name=name or None))
+
+    # -- ops: slice ---------------------------------------------------------------------------
+    @_translate
+    def slice(self, input, slices=(), compute_data_type=None, name="", **kwargs):
+        """cuDNN FE's ``slice`` (Python slices, one per leading axis; steps > 0): a graph input's
+        slice is a view of the caller's buffer (cuDNN FE's pointer-arithmetic form, used below
+        cuDNN 9.22): an extra graph input with the sliced dims and the input's strides times the
+        steps, bound at execute to the input's buffer from the slice's first element. Slicing an
+        op's result (a virtual tensor) is NOT_SUPPORTED: hipDNN's graph has no slice node."""
+        if kwargs:
+            raise TypeError(f"slice: unexpected keyword argument(s): {sorted(kwargs)}")
+        if not isinstance(input, tensor) or input._g is not self:
+            raise HipdnnError(Status.BAD_PARAM, "slice: input must be a tensor of this graph")
+        src = input._hd()
+        if input._pbv or id(src) not in self._inputs or src.get_is_virtual():
+            _unsupported(f"slice: '{input.get_name()}' is not a graph input: only graph inputs can be sliced here "
+                         "(a view of the caller's buffer); slicing an op's result needs a slice node, which "
+                         "hipDNN's graph has not")
+        if input._reorder is not None:
+            _unsupported(f"slice: '{input.get_name()}' is declared with reordering {input._reorder}")
+        dims, strides = src.get_dim(), src.get_stride()
+        if not dims or not strides:
+            raise HipdnnError(Status.BAD_PARAM, f"slice: set the dims and strides of '{input.get_name()}' first")
+        slices = list(slices or ())
+        if len(slices) > len(dims):
+            raise HipdnnError(Status.BAD_PARAM, f"slice: {len(slices)} slices for a tensor of rank {len(dims)}")
+        out_d, out_s, offset = [], [], 0
+        for i, d in enumerate(dims):
+            sl = slices[i] if i < len(slices) else builtins.slice(None)
+            if not isinstance(sl, builtins.slice):
+                raise HipdnnError(Status.BAD_PARAM, f"slice: slices[{i}] must be a Python slice, got {sl!r}")
+            start, stop, step = sl.indices(int(d))
+            if step <= 0:
+                raise HipdnnError(Status.BAD_PARAM, f"slice: slices[{i}] has step {step}: steps must be positive")
+            n = len(range(start, stop, step))
+            if n == 0:
+                raise HipdnnError(Status.BAD_PARAM, f"slice: slices[{i}] ({sl}) of an axis of {d} is empty")
+            out_d.append(n)
+            out_s.append(int(strides[i]) * step)
+            offset += start * int(strides[i])
+        view = self._hd.tensor(name=name or f"{input.get_name()}::slice", dim=out_d, stride=out_s,
+                               data_type=src.get_data_type())
+        self._aliases.append((view, input, offset))
+        return self._wrap(view)
 
     # -- ops: pointwise ----------------------------------------------------------------------
     def _pw(self, mode, a, b=None, c=None, compute_data_type=None, name="", **params):
