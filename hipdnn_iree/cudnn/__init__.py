@@ -11,7 +11,7 @@ Example:
     >>> cudnn.data_type.HALF
     <data_type.HALF: 3>
 """
-from hipdnn_iree.cudnn._enums import (behavior_note, build_plan_policy, cudnnError, cudnnGraphNotSupportedError,
+from hipdnn_iree.cudnn._enums import (attention_implementation, behavior_note, build_plan_policy, cudnnError, cudnnGraphNotSupportedError,
                                       data_type, diagonal_alignment, heur_mode, knob_type, moe_grouped_matmul_mode,
                                       norm_forward_phase, numerical_note, pointwise_mode, reduction_mode,
                                       tensor_reordering)
@@ -26,7 +26,7 @@ from hipdnn_iree.cudnn._tensor import knob, tensor
 __version__ = FRONTEND_API
 
 __all__ = [
-    "DeviceProperties", "Handle", "backend_version", "backend_version_string", "behavior_note", "build_plan_policy",
+    "DeviceProperties", "Handle", "attention_implementation", "backend_version", "backend_version_string", "behavior_note", "build_plan_policy",
     "create_device_properties", "create_handle", "create_kernel_cache", "cudnnError", "cudnnGraphNotSupportedError",
     "data_type", "destroy_handle", "diagonal_alignment", "engine_version_string", "get_last_error_string",
     "get_stream", "graph", "graph_cache", "heur_mode", "jit", "knob", "knob_type", "moe_grouped_matmul_mode",

@@ -201,6 +201,15 @@ class diagonal_alignment(_Enum):
     BOTTOM_RIGHT = 1
 
 
+class attention_implementation(_Enum):
+    """cuDNN's choice of SDPA kernel family (``sdpa(implementation=)``, cuDNN FE 1.15+). This engine
+    has one SDPA implementation (hd.Graph's node, lowered by IREE); every value runs it."""
+
+    AUTO = 0
+    COMPOSITE = 1
+    UNIFIED = 2
+
+
 class moe_grouped_matmul_mode(_Enum):
     """Routing of ``pygraph.moe_grouped_matmul`` (cuDNN's names)."""
 

@@ -595,6 +595,10 @@ class OpMethods:
             raise HipdnnError(Status.BAD_PARAM, "sdpa: exactly one of {generate_stats, is_inference} must be set "
                                                 "(prefer generate_stats)")
         stats = bool(generate_stats) if generate_stats is not None else (is_inference is False)
+        if implementation is not None:
+            # NOTE: cuDNN's kernel family (AUTO / COMPOSITE / UNIFIED); this engine has one SDPA
+            # implementation, which every value runs
+            E.to_hd(E.attention_implementation, implementation, "sdpa: implementation")
         self._sdpa_refuse(what, (
             (block_mask is not None, "block_mask"), (use_alibi_mask, "use_alibi_mask (ALiBi)"),
             (use_padding_mask, "use_padding_mask (variable sequence lengths)"),
@@ -605,12 +609,18 @@ class OpMethods:
              or paged_attention_max_seq_len_kv is not None, "paged attention"),
             (max_total_seq_len_q is not None or max_total_seq_len_kv is not None,
              "max_total_seq_len_q / max_total_seq_len_kv (ragged layouts)"),
-            (score_mod is not None, "score_mod (a score modification callback)"),
             (score_max is not None or score_sum_exp is not None, "score_max / score_sum_exp"),
             (sink_token is not None, "sink_token"), (bool(stats_use_log2), "stats_use_log2")))
         causal = self._sdpa_mask(what, q, k, use_causal_mask, use_causal_mask_bottom_right, diagonal_alignment,
                                  diagonal_band_left_bound, diagonal_band_right_bound, sliding_window_length)
         scale = self._sdpa_scale(what, attn_scale)
+        if score_mod is not None:
+            if not callable(score_mod):
+                raise HipdnnError(Status.BAD_PARAM, f"sdpa: score_mod must be callable (graph, score) -> tensor, got "
+                                                    f"{type(score_mod).__name__}")
+            composed = self._sdpa_score_mod(q, k, v, scale, bias, causal, score_mod, stats)
+            if composed is not None:
+                return composed
         args = (self._in(q, "q"), self._in(k, "k"), self._in(v, "v"))
         kw = dict(attn_scale=scale, is_causal=causal, mask=self._in(bias, "bias"),
                   compute_data_type=self._cdt(compute_data_type), name=name or None)
@@ -655,6 +665,51 @@ class OpMethods:
                                             is_causal=causal, mask=self._in(bias, "bias"),
                                             compute_data_type=self._cdt(compute_data_type), name=name or None)
         return self._wrap(dq), self._wrap(dk), self._wrap(dv)
+
+    def _sdpa_score_mod(self, q, k, v, scale, bias, causal, score_mod, want_stats):
+        """cuDNN's flexible-graph SDPA (``score_mod``): the attention composed from matmul, pointwise
+        and reduction nodes, with the caller's callback given this graph and the scaled (biased,
+        masked) scores ``[B, H, S_q, S_kv]`` (FLOAT) and returning the modified scores, which the
+        softmax then reads: ``O = softmax(score_mod(S)) V``, Stats ``max + log(sum(exp(s - max)))``.
+        K^T is K's buffer seen with its last two axes swapped (an extra input bound to K's buffer).
+        Grouped-query heads are refused (None, with the refusal recorded)."""
+        qd, kd, vd = q.get_dim(), k.get_dim(), v.get_dim()
+        if any(d is None or len(d) != 4 for d in (qd, kd, vd)) or not qd[1] == kd[1] == vd[1]:
+            self._defer(f"sdpa: score_mod with grouped-query heads or non-4D tensors (q dims {qd}, k dims {kd}, v dims "
+                        f"{vd}) is not supported by this engine's composed flexible SDPA", at_validate=True)
+            return None
+        hd = self._hd
+        F = DataType.FLOAT
+        ks = k.get_stride()
+        kt = hd.tensor(name=f"{k.get_name()}::T", dim=[kd[0], kd[1], kd[3], kd[2]], stride=[ks[0], ks[1], ks[3], ks[2]],
+                       data_type=k._hd().get_data_type())
+        self._aliases.append((kt, k))
+        sc = hd.matmul(self._in(q), kt, compute_data_type=F).set_data_type(F)
+        sc = hd.pointwise(sc, scale, mode=PointwiseMode.MUL, compute_data_type=F).set_data_type(F)
+        if bias is not None:
+            sc = hd.pointwise(sc, self._in(bias, "bias"), mode=PointwiseMode.ADD, compute_data_type=F).set_data_type(F)
+        if causal:   # NOTE: masked scores get -1e30: exp() of them is exactly 0
+            row = hd.pointwise(sc, mode=PointwiseMode.GEN_INDEX, axis=2, compute_data_type=F)
+            col = hd.pointwise(sc, mode=PointwiseMode.GEN_INDEX, axis=3, compute_data_type=F)
+            keep = hd.pointwise(row, col, mode=PointwiseMode.CMP_GE, compute_data_type=F)
+            sc = hd.pointwise(sc, -1e30, keep, mode=PointwiseMode.BINARY_SELECT, compute_data_type=F).set_data_type(F)
+        modified = score_mod(self, self._wrap(sc))
+        if not isinstance(modified, tensor):
+            raise HipdnnError(Status.BAD_PARAM, f"sdpa: score_mod must return a tensor of this graph, got "
+                                                f"{type(modified).__name__}")
+        sc = self._in(modified, "score_mod's result")
+        rows = [qd[0], qd[1], qd[2], 1]
+        mx = hd.reduction(sc, mode=E.HD_REDUCTION.MAX, compute_data_type=F).set_dim(rows).set_data_type(F)
+        e = hd.pointwise(hd.pointwise(sc, mx, mode=PointwiseMode.SUB, compute_data_type=F).set_data_type(F),
+                         mode=PointwiseMode.EXP, compute_data_type=F).set_data_type(F)
+        sm = hd.reduction(e, mode=E.HD_REDUCTION.ADD, compute_data_type=F).set_dim(rows).set_data_type(F)
+        p = hd.pointwise(e, sm, mode=PointwiseMode.DIV, compute_data_type=F).set_data_type(F)
+        o = self._wrap(hd.matmul(p, self._in(v, "v"), compute_data_type=F))
+        if not want_stats:
+            return o, None
+        st = hd.pointwise(mx, hd.pointwise(sm, mode=PointwiseMode.LOG, compute_data_type=F).set_data_type(F),
+                          mode=PointwiseMode.ADD, compute_data_type=F)
+        return o, self._wrap(st).set_data_type(E.data_type.FLOAT)
 
     def _sdpa_stats(self, q, k, scale, bias, causal):
         """cuDNN's Stats, ``max + log(sum(exp(s - max)))`` of the scaled (masked) scores per query row

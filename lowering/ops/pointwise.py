@@ -13,6 +13,7 @@ from graph_ir.ops.pointwise import ARITY, broadcast_shape
 
 SOFTPLUS_THRESHOLD = 20.0   # beta * x above it: softplus(x) == x to float precision (hipDNN has no field)
 COMPARE = {M.CMP_EQ: "oeq", M.CMP_NEQ: "une", M.CMP_GT: "ogt", M.CMP_GE: "oge", M.CMP_LT: "olt", M.CMP_LE: "ole"}
+COMPARE_INT = {M.CMP_EQ: "eq", M.CMP_NEQ: "ne", M.CMP_GT: "sgt", M.CMP_GE: "sge", M.CMP_LT: "slt", M.CMP_LE: "sle"}
 LOGICAL = (M.LOGICAL_AND, M.LOGICAL_OR, M.LOGICAL_NOT)
 _GELU_K = math.sqrt(2.0 / math.pi)
 
@@ -191,9 +192,15 @@ def lower_pointwise(ctx: LowerContext, node: NodeDesc) -> None:
         ct = ctx.compute_elem(node)
         def body(args):
             xs = args[:-1]
-            if mode in COMPARE:
-                mm = _Math(em, ct)
-                r = mm.cmp(COMPARE[mode], *[em.cast(x, v.elem, ct, u) for x, v, u in zip(xs, ins, uns)])
+            if mode in COMPARE and ct not in FLOAT_TYPES and all(v.elem not in FLOAT_TYPES for v in ins):
+                # NOTE: a non-float compute type (cuDNN code asks for INT32 or BOOLEAN on index
+                # compares: flexible-SDPA masks): integer operands compare exactly, as i64
+                r = em.op(f"arith.cmpi {COMPARE_INT[mode]}, "
+                          + ", ".join(em.cast(x, v.elem, "i64", u) for x, v, u in zip(xs, ins, uns)) + " : i64")
+            elif mode in COMPARE:
+                cf = ct if ct in FLOAT_TYPES else "f32"   # float operands under a non-float compute type
+                mm = _Math(em, cf)
+                r = mm.cmp(COMPARE[mode], *[em.cast(x, v.elem, cf, u) for x, v, u in zip(xs, ins, uns)])
             elif mode == M.BINARY_SELECT:
                 cond = em.cast(xs[2], ins[2].elem, "i1")
                 r = em.op(f"arith.select {cond}, {em.cast(xs[0], ins[0].elem, out_elem)}, "
