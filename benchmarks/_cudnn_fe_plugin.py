@@ -118,6 +118,8 @@ def _cpu_torch() -> None:
     cuda.device_count = lambda: 0
     cuda.get_device_name = lambda *a: "CPU (HIPDNN_IREE_FE_CPU=1)"
     cuda.get_device_capability = lambda *a: (9, 0)
+    cuda.get_device_properties = lambda *a: types.SimpleNamespace(    # test_mhas_v2.py's env_info
+        name="CPU (HIPDNN_IREE_FE_CPU=1)", multi_processor_count=1, major=9, minor=0, total_memory=0)
     cuda.current_stream = lambda *a: _Stream()
     cuda.ExternalStream = lambda *a, **k: _Stream()
     cuda.Stream = lambda *a, **k: _Stream()          # v1.23's conftest makes one for the handle

@@ -19,6 +19,11 @@ padding, dropout, ragged, paged or left-bound cases; ``--mhas-all`` for every on
 cap of its own (``FILE_TIMEOUTS``, env ``HIPDNN_IREE_FE_MHAS_TIMEOUT``); a file stopped at its cap
 is interrupted (SIGINT) so pytest still writes the outcomes of the tests it finished.
 
+``--files all`` runs every flat test file of the folder (v1.23.0 has 36; ``all_files``). A test
+that stops on ``cudnnGraphNotSupportedError`` where its file does not catch it is counted
+"refused" (a clean NOT_SUPPORTED naming the feature), apart from failures. test_mhas_v2.py and the
+two fuzzers have time caps too (``FILE_TIMEOUTS``; the env cap applies to every capped file).
+
 ``HIPDNN_IREE_FE_CPU=1`` runs the files on the CPU (tensors asked for on "cuda" made on the host):
 a debugging aid where no GPU is; the H200 run is the measurement (docs/cudnn_fe_tests.md).
 """
@@ -48,7 +53,20 @@ DEFAULT_FILES = ("test_conv_fprop.py", "test_wgrads.py", "test_conv_bias.py", "t
 # groups, bias, causal masks of both alignments, inference and training, forward and backward)
 MHAS_K = "paged0 and alibi0 and padding0 and dropout0 and ragged0 and left_bound0 or " \
          "test_sdpa_backward and alibi0 and padding0 and dropout0 and ragged0 and left_bound0"
-FILE_TIMEOUTS = {"test_mhas.py": {"facade": 240.0, "cudnn": 120.0}}   # seconds, at most --timeout
+FILE_TIMEOUTS = {"test_mhas.py": {"facade": 240.0, "cudnn": 120.0},   # seconds, at most --timeout
+                 "test_mhas_v2.py": {"facade": 150.0, "cudnn": 90.0},
+                 "test_conv_fuzzer.py": {"facade": 120.0, "cudnn": 60.0},
+                 "test_matmul_fuzzer.py": {"facade": 120.0, "cudnn": 60.0}}
+# NOTE: a test that stops on cudnnGraphNotSupportedError (NOT_SUPPORTED) where the file does not
+# catch it (test_flexible_sdpa.py calls validate() outside its try) is counted "refused", not
+# failed: the facade refused the graph cleanly, naming the feature
+REFUSED_MARKS = ("cudnnGraphNotSupportedError", "[NOT_SUPPORTED]")
+
+
+def all_files(folder: Path) -> list[str]:
+    """Every flat test file of the folder (``test_*.py`` at its top, not the fe_api/ tree; not
+    test_utils.py, which holds helpers)."""
+    return sorted(p.name for p in folder.glob("test_*.py") if p.name != "test_utils.py")
 SIDES = ("facade", "cudnn")
 
 
@@ -140,17 +158,21 @@ def run_file(folder: Path, name: str, timeout: float, extra: list[str], side: st
                                 message = " | ".join(detail + where)[:900]
                         break
                 xfail = outcome == "skipped" and "xfail" in (el.get("type") or "")
+                if outcome in ("failed", "error") and any(m in message for m in REFUSED_MARKS):
+                    outcome = "refused"
                 tests.append({"test": case.get("name"), "outcome": outcome, "message": message,
                               "seconds": float(case.get("time") or 0), **({"xfail": True} if xfail else {})})
         finally:
             xml.unlink()
-    counts = {k: sum(1 for t in tests if t["outcome"] == k) for k in ("passed", "failed", "error", "skipped")}
+    counts = {k: sum(1 for t in tests if t["outcome"] == k) for k in ("passed", "failed", "error", "skipped", "refused")}
     first = next((t for t in tests if t["outcome"] in ("failed", "error")), None)
     if rc not in (0, 1, 5) and not tests:
         first = {"test": "(collection)", "message": _first_line(out)}
         counts["error"] += 1
+    refusal = next((t for t in tests if t["outcome"] == "refused"), None)
     return {"file": name, "side": side, "rc": rc, "seconds": round(seconds, 1), **counts, "tests": tests,
             "first_failure": f"{first['test']}: {first['message']}" if first else "",
+            "first_refusal": f"refused: {refusal['test']}: {refusal['message']}" if refusal else "",
             "output_tail": (out or "")[-4000:]}
 
 
@@ -158,27 +180,28 @@ def table(results: list[dict]) -> str:
     """The per-file table; a side column (facade / cudnn) when both sides ran."""
     sides = list(dict.fromkeys(r.get("side", "facade") for r in results))
     both = len(sides) > 1
-    head = "| file |" + (" side |" if both else "") + " passed | failed | errors | skipped | s | first failure |"
+    head = "| file |" + (" side |" if both else "") + " passed | failed | errors | skipped | refused | s | first failure |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
-        msg = r["first_failure"].replace("|", "\\|")[:200]
+        msg = (r["first_failure"] or r.get("first_refusal", "")).replace("|", "\\|")[:200]
         cut = " (cut at its time cap)" if r["rc"] == "timeout" else ""
         side = f" {r.get('side', 'facade')} |" if both else ""
         lines.append(f"| {r['file'].removesuffix('.py')} |{side} {r['passed']} | {r['failed']} | {r['error']} | "
-                     f"{r['skipped']} | {r['seconds']}{cut} | {msg} |")
+                     f"{r['skipped']} | {r.get('refused', 0)} | {r['seconds']}{cut} | {msg} |")
     for s in sides:
         rs = [r for r in results if r.get("side", "facade") == s]
-        tot = {k: sum(r[k] for r in rs) for k in ("passed", "failed", "error", "skipped")}
+        tot = {k: sum(r.get(k, 0) for r in rs) for k in ("passed", "failed", "error", "skipped", "refused")}
         side = f" {s} |" if both else ""
         lines.append(f"| **total** ({sum(tot.values())} tests) |{side} {tot['passed']} | {tot['failed']} | "
-                     f"{tot['error']} | {tot['skipped']} | {round(sum(r['seconds'] for r in rs), 1)} | |")
+                     f"{tot['error']} | {tot['skipped']} | {tot['refused']} | {round(sum(r['seconds'] for r in rs), 1)} | |")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", type=Path, help="cuDNN FE's test/python folder (flat layout)")
-    ap.add_argument("--files", nargs="*", default=None, help=f"test files (default: {' '.join(DEFAULT_FILES)})")
+    ap.add_argument("--files", nargs="*", default=None, help=f"test files, or 'all' for every flat test file of the "
+                                                             f"folder (default: {' '.join(DEFAULT_FILES)})")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--md", type=Path, default=None)
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per file")
@@ -193,6 +216,8 @@ def main(argv=None) -> int:
         return 2
     sides = args.sides or os.environ.get("HIPDNN_IREE_FE_SIDES", "facade").split()
     files = args.files or [f for f in DEFAULT_FILES if (folder / f).exists()]
+    if files == ["all"]:
+        files = all_files(folder)
     meta = {"cpu_mode": os.environ.get("HIPDNN_IREE_FE_CPU", "") not in ("", "0"), "python": sys.version.split()[0],
             "sides": sides, "mhas_k": None if args.mhas_all else MHAS_K}
     try:
@@ -215,15 +240,15 @@ def main(argv=None) -> int:
         for name in files:
             extra = ["-k", args.k] if args.k else []
             timeout = args.timeout
-            if name == "test_mhas.py":
-                if not args.k and not args.mhas_all:
-                    extra = ["-k", MHAS_K]
+            if name == "test_mhas.py" and not args.k and not args.mhas_all:
+                extra = ["-k", MHAS_K]
+            if name in FILE_TIMEOUTS:
                 cap = os.environ.get("HIPDNN_IREE_FE_MHAS_TIMEOUT")
                 timeout = min(timeout, float(cap) if cap else FILE_TIMEOUTS[name][side])
             r = run_file(folder, name, timeout, extra, side, site)
             results.append(r)
             print(f"[{side}] {name}: {r['passed']} passed, {r['failed']} failed, {r['error']} errors, {r['skipped']} "
-                  f"skipped ({r['seconds']} s{', cut at its cap' if r['rc'] == 'timeout' else ''}) "
+                  f"skipped, {r['refused']} refused ({r['seconds']} s{', cut at its cap' if r['rc'] == 'timeout' else ''}) "
                   f"{r['first_failure'][:160]}", flush=True)
             # NOTE: written after each file, so a run cut short still leaves the files it finished
             if args.json:
