@@ -100,6 +100,13 @@ def _cpu_torch() -> None:
         if hasattr(torch, name):
             setattr(torch, name, _wrap(getattr(torch, name)))
     torch.Tensor.to = _wrap(torch.Tensor.to)
+    _gen = torch.Generator
+
+    class _Generator(_gen):       # torch.Generator(device="cuda") (test_mhas_v2.py's sdpa/ helpers)
+        def __new__(cls, *args, **kwargs):
+            args, kwargs = _map_device(args, kwargs)
+            return _gen(*args, **kwargs)
+    torch.Generator = _Generator
     torch.Tensor.cuda = lambda self, *a, **k: self
     torch.nn.Module.to = _wrap(torch.nn.Module.to)
     torch.nn.Module.cuda = lambda self, *a, **k: self
