@@ -39,9 +39,9 @@ class LoweringPolicy:
             channels-last form (CPU: 2-3x and 13x).
         grouped_channels_last: grouped 2-D conv_fprop channels-last (CPU).
         grouped_split_max: up to this many groups, one conv per group; past it one nhwgc op.
-        conv_split_groups: grouped (not depthwise) convolutions in the channels-first form, fprop,
-            dgrad and wgrad, as one ungrouped conv per group (GPU targets). Correctness: IREE 3.13's
-            CUDA code for the grouped named op is wrong in f16/bf16 (docs/known_issues.md 9).
+        conv_split_groups: grouped (not depthwise) conv_fprop and conv_wgrad in the channels-first
+            form as one ungrouped conv per group (CUDA). Correctness, not speed: IREE 3.13's CUDA code
+            for the grouped form is wrong in f16/bf16 (issue 49; docs/known_issues.md 10): never a knob.
         lift_1d: 1-D convs lifted to 2-D named ops.
         conv_acc_operands: conv operands converted to the accumulator type before the conv op (set
             with IREE's CPU im2col pass on f16/bf16 convs, which it cannot otherwise compile).
@@ -79,7 +79,7 @@ class LoweringPolicy:
         cpu = target.startswith("llvm-cpu")
         return cls(target=target, sdpa_fused=not cpu, conv_channels_last=cpu, conv3d_as_2d=cpu,
                    dgrad_channels_last=cpu, wgrad_channels_last=cpu, grouped_channels_last=cpu,
-                   cuda_mma_barriers=target.startswith("cuda"))
+                   cuda_mma_barriers=target.startswith("cuda"), conv_split_groups=target.startswith("cuda"))
 
     @property
     def is_cpu(self) -> bool:

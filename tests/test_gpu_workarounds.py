@@ -271,3 +271,75 @@ def test_bert_attention_still_compiles_for_rocm(target):
         g.build(h)
         ctx = g.get_execution_plan().context
         assert BARRIER not in ctx.mlir and ctx.dispatch_count == 4
+
+
+# -- 10: grouped f16/bf16 conv_fprop / conv_wgrad on CUDA: one ungrouped conv per group ---------------
+def _grouped_conv(op, dt=H, layout="last", g=2, cg=8, kg=16, rank=2):
+    import fuzz_ops
+    cs = {"kind": "conv", "seed": 3, "op": op, "n": 2, "c": g * cg, "k": g * kg, "g": g, "spatial": [8, 12][:rank],
+          "r": [3, 3][:rank], "stride": [1, 2][:rank], "dilation": [1, 1][:rank], "padding": [1, 1][:rank],
+          "dt": dt_name(dt), "layout": layout, "epilogue": ["bias", "relu"] if op == "fprop" else []}
+    return cs, fuzz_ops.build_conv(cs, np.random.default_rng(0))
+
+
+def dt_name(dt):
+    return {H: "f16", BF: "bf16", F: "f32"}[dt]
+
+
+def _split_disabled(monkeypatch):
+    from lowering import policy
+    real = policy.LoweringPolicy.for_target.__func__
+    monkeypatch.setattr(policy.LoweringPolicy, "for_target",
+                        classmethod(lambda cls, t: real(cls, t).with_(conv_split_groups=False)))
+
+
+@pytest.mark.parametrize("op", ["fprop", "wgrad"])
+@pytest.mark.parametrize("layout", ["first", "last"])
+def test_grouped_conv_reaches_iree_as_ungrouped_channels_last_convs(op, layout, monkeypatch):
+    """Every conv dispatch IREE makes for a grouped CUDA conv is the ungrouped channels-last form (output
+    channels after the spatial loops) that the channels-last pass gives ungrouped convs; the
+    grouped form (a group loop ahead of the spatial ones) appears without the workaround."""
+    def conv_dispatches(g):
+        return re.findall(r"func.func @main_dispatch_\d+_(conv_[0-9x]+)_", _flow(lower(_bytes(g), target=CUDA).mlir,
+                                                                                 GPU_CONV_FLAGS))
+    _, (g, *_rest) = _grouped_conv(op, layout=layout)
+    found = conv_dispatches(g)
+    # loops (n, oh, ow, f, ...) for fprop and (c, kh, kw, k, ...) for wgrad (a correlation of x with dy)
+    lead = {"fprop": "conv_2x8x6x16x", "wgrad": "conv_8x3x3x16x"}[op]
+    assert len(found) == 2 and all(f.startswith(lead) for f in found), found   # 2 groups: 2 ungrouped convs
+    _split_disabled(monkeypatch)
+    _, (g, *_rest) = _grouped_conv(op, layout=layout)
+    assert len(conv_dispatches(g)) == 1                                   # the grouped form, one dispatch
+
+
+def test_split_rule():
+    from lowering.policy import LoweringPolicy as P
+    assert P.for_target(CUDA).conv_split_groups
+    assert not P.for_target("rocm:gfx942").conv_split_groups and not P.for_target("llvm-cpu:host").conv_split_groups
+    # depthwise and dgrad keep their forms (one dispatch)
+    for op, g, cg in (("fprop", 16, 1), ("dgrad", 2, 8)):
+        _, (gr, *_rest) = _grouped_conv(op, g=g, cg=cg, kg=1 if cg == 1 else 16)
+        assert "tensor.insert_slice" not in lower(_bytes(gr), target=CUDA).mlir.split("conv")[-1] or cg == 1
+
+
+@pytest.mark.parametrize("op", ["fprop", "wgrad"])
+@pytest.mark.parametrize("dt", [H, BF], ids=lambda d: d.name)
+@pytest.mark.parametrize("rank", [1, 2])
+def test_cuda_grouped_conv_ir_is_right_on_the_cpu(op, dt, rank):
+    """The module CUDA gets for grouped convs (split per group), compiled for this CPU, against float64."""
+    import fuzz_ops
+    cs, (g, ins, outs, refs, meta) = _grouped_conv(op, dt, rank=rank, g=3)
+    mlir = lower(_bytes(g), target=CUDA).mlir
+    assert "tensor.insert_slice" in mlir
+    args = [np.ascontiguousarray(ins[u]) if cs["layout"] == "first" else ins[u] for u in sorted(ins)]
+    h = hd.create_handle(device="local-task", target="llvm-cpu:host", cache=False)
+    from lowering import policy
+    real = policy.LoweringPolicy.for_target.__func__
+    mp = pytest.MonkeyPatch()
+    try:   # the CUDA lowering's forms on this CPU: split groups, channels-first convs
+        mp.setattr(policy.LoweringPolicy, "for_target", classmethod(
+            lambda cls, t: real(cls, CUDA).with_(target=t, cuda_mma_barriers=False)))
+        r = fuzz_ops.run_case(cs, h)
+    finally:
+        mp.undo()
+    assert r["status"] == "right", r

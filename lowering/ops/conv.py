@@ -230,7 +230,7 @@ def _conv_split(em: Emitter, xp: Value, filt: Value, groups: int, stride: Sequen
     NOTE: the GPU form. IREE 3.13's CUDA code for the grouped named op (``conv_2d_ngchw_gfchw``, and
     its generic 1-D/3-D twins) is wrong in f16/bf16 (issue 49: 87-97% of the outputs off; the
     channels-last preprocessing pass that makes ungrouped convs right leaves grouped ones as they are);
-    each ungrouped slice takes the ungrouped path, which that pass converts (docs/known_issues.md 9).
+    each ungrouped slice takes the ungrouped path, which that pass converts (docs/known_issues.md 10).
     """
     n, cg = xp.shape[0], xp.shape[1] // groups
     fg = filt.shape[1]
@@ -588,7 +588,8 @@ def lower_conv_fprop(ctx: LowerContext, node: NodeDesc) -> None:
     extent = _extent(out_sp, kern, p.stride, p.dilation)
     xp = _place(em, x, p.pre, [1] * p.rank, extent)
     filt = w if groups == 1 else _split(em, w, 0, (groups, w.shape[0] // groups))
-    ctx.define(at.y_uid, _conv(em, xp, filt, groups, p.stride, p.dilation, out_sp, acc, pol.conv_split_groups))
+    ctx.define(at.y_uid, _conv(em, xp, filt, groups, p.stride, p.dilation, out_sp, acc,
+                                pol.conv_split_groups and w.shape[1] > 1))
 
 
 def _conv_dynamic_spatial(node: NodeDesc, em: Emitter, x: Value, w: Value, groups: int, p: ConvParams,
@@ -684,8 +685,7 @@ def lower_conv_dgrad(ctx: LowerContext, node: NodeDesc) -> None:
         unit = ConvParams(pre=(0,) * p.rank, post=(0,) * p.rank, stride=(1,) * p.rank, dilation=p.dilation)
         ctx.define(at.x_uid, _conv_channels_last(em, z, filt, 1, unit, dx_dims[2:], acc))
         return
-    ctx.define(at.x_uid, _conv(em, z, filt, groups, [1] * p.rank, p.dilation, dx_dims[2:], acc,
-                                ctx.policy.conv_split_groups))
+    ctx.define(at.x_uid, _conv(em, z, filt, groups, [1] * p.rank, p.dilation, dx_dims[2:], acc))
 
 
 @register_lowering(OpKind.CONV_WGRAD)
@@ -721,5 +721,5 @@ def lower_conv_wgrad(ctx: LowerContext, node: NodeDesc) -> None:
         ctx.define(at.w_uid, em.transpose(res, [1, 0, *sp]))
         return
     res = _conv(em, xs, filt, groups, p.dilation, p.stride, kern, acc,      # [Cg, K, *R]
-                ctx.policy.conv_split_groups)
+                ctx.policy.conv_split_groups and dw_dims[1] > 1)
     ctx.define(at.w_uid, em.transpose(res, [1, 0, *sp]))
