@@ -122,7 +122,7 @@ def backend_version_string() -> str:
 
 
 def engine_version_string() -> str:
-    """This project's identity: ``"hipdnn-iree 0.2.0 (cuDNN API 9.11.0, cuDNN frontend API 1.32.0)"``."""
+    """This project's identity: ``"hipdnn-iree 0.5.0 (cuDNN API 9.11.0, cuDNN frontend API 1.32.0)"``."""
     return f"hipdnn-iree {__version__} (cuDNN API {FOLLOWS_CUDNN_TEXT}, cuDNN frontend API {FRONTEND_API})"
 
 
