@@ -57,7 +57,7 @@ def lower(graph_bytes: bytes, target: str = "llvm-cpu:host", verify: bool = True
 @_goldens.recording   # off unless tests/goldens/record.py registers its sink (lowering/_goldens.py)
 def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes: bytes | None = None,
                 policy: LoweringPolicy | None = None, shape_spec=None, specialize: bool = False,
-                _entry: str = ENTRY_POINT, _reflect: bool = True) -> Lowered:
+                kernels: dict | None = None, _entry: str = ENTRY_POINT, _reflect: bool = True) -> Lowered:
     """``graph_bytes`` (the graph's FlatBuffer) goes into the module's reflection as ``hipdnn_iree.graph``
     (base64): a restored plan can then be checked against the reference (hipdnn_iree/backend/selfcheck.py).
 
@@ -65,7 +65,11 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
     ``@main_static``, which is the static lowering of the same graph (byte for byte, renamed, without
     reflection); the ABI (``@main``'s reflection) lists it under ``"specializations"`` with the
     exact dims and strides of every bound tensor it serves. Both functions take the same
-    arguments in the same order, so a caller picks one per call (plugins/iree_linalg/run.py)."""
+    arguments in the same order, so a caller picks one per call (plugins/iree_linalg/run.py).
+
+    ``kernels`` (static lowerings for CUDA with ``policy.generated_kernels`` set): ``{pattern key:
+    (GeneratedKernel, ...)}`` from the engine's generator; each matmul pattern
+    (``lowering/ops/generated_matmul.py``) with kernels is emitted as one ``hal.dispatch.extern``."""
     if policy is None:
         policy = LoweringPolicy.for_target(target)
     elif policy.target != target:
@@ -79,6 +83,7 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
     spec, dyn = _dynamic(graph, shape_spec)
     ctx = LowerContext(graph, em, policy, dyn, symbol_prefix="" if _entry == ENTRY_POINT else f"{_entry}_")
     args, abi_tensors, outputs = [], [], []
+    raw_args: dict = {}   # uid -> the bound argument as it is (memory-order shape): generated kernels read it
     for i, t in enumerate(bound):
         what = f"tensor '{t.name}' (uid {t.uid})"
         elem = storage_type(t.data_type, what)
@@ -96,6 +101,7 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
             attr = f" {{iree.abi.output = {len(outputs)} : index}}"
             outputs.append((t, lay, Value(arg, arg_shape, elem)))
         args.append(f"{arg}: {tensor_type(arg_shape, elem)}{attr}")
+        raw_args[t.uid] = Value(arg, arg_shape, elem)
         abi_tensors.append({"uid": t.uid, "name": t.name, "role": role, "arg": i,
                             "data_type": _DTYPE_NAMES.get(t.data_type, str(t.data_type)),
                             "dims": list(t.dims), "strides": list(t.strides)})
@@ -116,7 +122,15 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
             ctx.values[t.uid] = ctx.decode_input(t.uid, read())
     if not outputs:
         raise GraphError(f"graph '{graph.name}' has no output tensor: mark one with set_output(True)")
+    generated = _generated(graph, policy, kernels, dyn)
     for i, node in enumerate(graph.nodes):
+        if i in generated:
+            pattern, kerns = generated[i]
+            if pattern is not None:
+                from lowering.ops.generated_matmul import emit_extern
+                res = emit_extern(em, pattern, kerns, [raw_args[o.uid] for o in pattern.operands])
+                ctx.define(pattern.out_uid, Value(res, ctx.dims(pattern.out_uid), pattern.out_dtype))
+            continue
         fn = LOWERINGS.get(node.kind)
         if fn is None:
             raise GraphError(f"node '{node.name}': op kind {node.kind.name} has no lowering", "unsupported")
@@ -160,6 +174,23 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
     if verify:
         verify_mlir(text)
     return Lowered(text, abi)
+
+
+def _generated(graph: GraphDesc, policy: LoweringPolicy, kernels, dyn) -> dict:
+    """Node position -> (pattern, its kernels) at a pattern's matmul, (None, None) at the other nodes
+    it covers; empty without kernels (IREE's code for every node)."""
+    if not kernels or not policy.generated_kernels or dyn is not None:
+        return {}
+    from lowering.ops.generated_matmul import find_patterns
+    out: dict = {}
+    for p in find_patterns(graph):
+        kerns = kernels.get(p.key())
+        if not kerns:
+            continue
+        out[p.nodes[0]] = (p, tuple(kerns))
+        for j in p.nodes[1:]:
+            out[j] = (None, None)
+    return out
 
 
 def _dynamic(graph: GraphDesc, shape_spec):

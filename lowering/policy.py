@@ -56,6 +56,11 @@ class LoweringPolicy:
             inside it) was 5.9x slower than IREE's own dispatches (11.9 vs 70.6 ms, MXFP8
             [512x1024x768]); on an H200, with a 128x64 matmul tile, 6.7x faster than them
             (benchmarks/gpu_one_dispatch.py (retired; in git history at commit 9e99c4b)).
+        generated_kernels: "" (IREE's code for every op), or the identity of the kernel generator
+            whose kernels replace the ops that have a pattern (knob GPU_KERNELS; CUDA only): for
+            Triton ``"triton-<version>:<sha256 of the kernel template source, 16 hex>"``
+            (hipdnn_iree/plugins/iree_linalg/kernels), so the generator's version and source are
+            part of every key that hashes the policy; the kernels themselves are in the MLIR text.
     """
 
     target: str = "llvm-cpu:host"
@@ -72,6 +77,7 @@ class LoweringPolicy:
     cuda_mma_barriers: bool = False
     tf32_conv: bool = False
     dequant_matmul_region: bool = False
+    generated_kernels: str = ""
 
     @classmethod
     def for_target(cls, target: str) -> "LoweringPolicy":

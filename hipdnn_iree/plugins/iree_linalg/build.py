@@ -95,6 +95,8 @@ def build(session: IreeSession, op_graph: bytes, knobs: dict, engine_name: str =
         ctx.variants = tuple((c.target, c.vmfb, c.compiler_version) for c in built)
         ctx.variant_features = {str(c.target): c.cpu_features for c in built if c.cpu_features}
     ctx.engine_name, ctx.knobs = engine_name, dict(knobs)
+    if knobs.get("GPU_KERNELS") == "GENERATED" and not getattr(ctx.policy, "generated_kernels", ""):
+        ctx.knobs["GPU_KERNELS"] = "IREE"   # API.md: no pattern (or no CUDA target): reports what was built
     ctx.shape_spec, ctx.override = spec, bool((dynamic or {}).get("override"))
     if load:
         session.load(ctx)
@@ -180,6 +182,7 @@ def _abi_at(abi: dict, desc: GraphDesc) -> dict:
 def _build_one(session: IreeSession, target: Target, op_graph: bytes, desc: GraphDesc, summary: GraphSummary,
                knobs: dict, refusal: tuple, spec=None, kernel_cache=None, special=False) -> IreeExecutionContext:
     resolved = resolve(target, summary, knobs, dynamic=spec is not None and spec.is_dynamic())
+    resolved, kernels = generated_kernels(desc, resolved, spec)
     flags = resolved.flags + tuple(session.compile_flags)   # NOTE: the caller's flags last: they win
     kc_key = None
     if spec is not None:
@@ -199,11 +202,13 @@ def _build_one(session: IreeSession, target: Target, op_graph: bytes, desc: Grap
     if store is None:
         from hipdnn_iree.plugins.iree_linalg.compile import find_compiler
         find_compiler()   # NOT_SUPPORTED naming iree-base-compiler when it is missing (lowering verifies with it)
-        lowered = lower(desc, op_graph, resolved, refusal=refusal, shape_spec=spec, specialize=special)
+        lowered = lower(desc, op_graph, resolved, refusal=refusal, shape_spec=spec, specialize=special,
+                        kernels=kernels)
         key = None
     else:
         # NOTE: the key is the MLIR text: lower first (pure Python, no compiler), verify only on a miss
-        lowered = lower(desc, op_graph, resolved, verify=False, refusal=refusal, shape_spec=spec, specialize=special)
+        lowered = lower(desc, op_graph, resolved, verify=False, refusal=refusal, shape_spec=spec, specialize=special,
+                        kernels=kernels)
         key = store.key_for(lowered.mlir, target, flags)
         hit = store.get(key)
         if hit is not None:   # NOTE: a hit skips the compiler (it is not imported)
@@ -231,8 +236,23 @@ def _build_one(session: IreeSession, target: Target, op_graph: bytes, desc: Grap
     return ctx
 
 
+def generated_kernels(desc: GraphDesc, resolved: Resolved, spec=None) -> tuple[Resolved, dict | None]:
+    """``(resolved, {pattern key: kernels})`` when the policy asks for generated kernels and the graph
+    has patterns (kernels generated here, with Triton); ``(resolved without them, None)`` when it has
+    none (the module is IREE's, and reports GPU_KERNELS=IREE); ``(resolved, None)`` otherwise."""
+    from dataclasses import replace as _replace
+    if not resolved.policy.generated_kernels:
+        return resolved, None
+    from lowering.ops.generated_matmul import find_patterns
+    patterns = find_patterns(desc) if spec is None else []
+    if not patterns:
+        return _replace(resolved, policy=resolved.policy.with_(generated_kernels="")), None
+    from hipdnn_iree.plugins.iree_linalg.kernels import generate
+    return resolved, {p.key(): generate(p) for p in patterns}
+
+
 def lower(desc: GraphDesc, op_graph: bytes, resolved: Resolved, verify: bool = True,
-          refusal: tuple[str, str] = ("", "graph"), shape_spec=None, specialize: bool = False):
+          refusal: tuple[str, str] = ("", "graph"), shape_spec=None, specialize: bool = False, kernels=None):
     """The graph's MLIR under ``resolved.policy`` (with symbolic dims where ``shape_spec`` lets
     dims vary, plus the build shape's static function with ``specialize``); lowering refusals as
     HipdnnErrors (plugin_sdk/errors.py's table for ``refusal``'s origin)."""
@@ -242,7 +262,8 @@ def lower(desc: GraphDesc, op_graph: bytes, resolved: Resolved, verify: bool = T
         if shape_spec is not None:
             return lower_graph(desc, resolved.policy.target, verify=verify, graph_bytes=op_graph,
                                policy=resolved.policy, shape_spec=shape_spec, specialize=specialize)
-        return lower_graph(desc, resolved.policy.target, verify=verify, graph_bytes=op_graph, policy=resolved.policy)
+        return lower_graph(desc, resolved.policy.target, verify=verify, graph_bytes=op_graph, policy=resolved.policy,
+                           kernels=kernels)
     except GraphError as e:
         raise to_hipdnn(e, origin, f"IREE_LINALG cannot lower the graph{what}: ") from None
 

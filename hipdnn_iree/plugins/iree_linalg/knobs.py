@@ -63,6 +63,11 @@ KNOBS = (
          "the 128X64_SMEM matmul tile on CUDA for graphs of dequantize-matmuls with at least 128 rows, SPLIT "
          "elsewhere: the faster forms measured on an H200 at 2048 rows and on a 2-core CPU, "
          "benchmarks/gpu_one_dispatch.py (retired; in git history at commit 9e99c4b))"),
+    Knob("GPU_KERNELS", (AUTO, "GENERATED", "IREE"), AUTO,
+         "CUDA only: ops with a kernel pattern (matmul and the pointwise chain after it) as kernels generated "
+         "ahead of time by Triton and embedded in the module (hal.dispatch.extern), every other op as IREE "
+         "compiles it; a graph without a pattern builds as IREE and reports IREE (AUTO: IREE until the generated "
+         "kernels are measured faster on a GPU; docs/generated_kernels.md)"),
     Knob("SHAPE_SPECIALIZE", (AUTO, "ON", "OFF"), AUTO,
          "dynamic-shape plans only: the module also holds the static code of the build shape, run when every "
          "bound tensor has its built dims and strides (AUTO: on for override-shape plans)"),
@@ -310,6 +315,11 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
             # and cuda:sm_80 on an H200): such convs take f32 operands in this form. The same for
             # i8 operands with an i32 accumulator (`arith.addi` of i8 and i32, llvm-cpu): i32 operands.
             policy = policy.with_(conv_acc_operands=True)
+    # NOTE: AUTO stays IREE everywhere: the generated kernels have not been timed on a GPU yet
+    # (benchmarks/gpu_kernels.py measures them; docs/generated_kernels.md)
+    if get("GPU_KERNELS") == "GENERATED" and target.backend == "cuda" and "contraction" in traits and not dynamic:
+        from hipdnn_iree.plugins.iree_linalg.kernels.triton_matmul import generator_id
+        policy = policy.with_(generated_kernels=generator_id() or "triton-missing")
     if get("F32_CONV_MATH") == "TF32" and summary.has_conv:
         policy = policy.with_(tf32_conv=True)
     if not cpu and "gather" in traits:
@@ -341,6 +351,11 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
     if not cpu and (mm_tile or conv_tile):
         flags.append(tile_spec_flag(mm_tile, conv_tile))
     return Resolved(policy, tuple(flags))
+
+
+def _has_generator() -> bool:
+    from hipdnn_iree.plugins.iree_linalg.kernels.triton_matmul import triton_version
+    return triton_version() is not None
 
 
 def shape_specialize(knobs: dict, spec, override: bool) -> bool:
@@ -380,6 +395,8 @@ def candidates(target: Target, summary: GraphSummary, mode: HeurMode, tuned: dic
                     "GPU_PAD_FUSION": not cpu and summary.has_conv,
                     "DEQUANT_MATMUL": "dequantize" in summary.traits and "contraction" in summary.traits,
                     "F32_CONV_MATH": False,     # NOTE: a numerics choice, not a speed one: never timed
+                    "GPU_KERNELS": target.backend == "cuda" and "contraction" in summary.traits
+                    and _has_generator(),
                     "SHAPE_SPECIALIZE": False}   # NOTE: decided per build (shape_specialize), not by resolve()
         # NOTE: measured on an H200 (IREE 3.13, sm_80): f16/bf16 conv_fprop without the channels-last pass
         # computes wrong values (rel err 0.5-1.0 in the ResNet, stem and 3-D blocks); never offered there
