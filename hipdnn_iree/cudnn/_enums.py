@@ -150,6 +150,7 @@ class knob_type(_Enum):
     SHAPE_SPECIALIZE = 8
     F32_CONV_MATH = 9
     DEQUANT_MATMUL = 10
+    GPU_KERNELS = 11
     SPLIT_K = 100
     SWIZZLE = 101
     TILE_SIZE = 102
