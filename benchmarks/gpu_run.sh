@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (no IREE compiler, no network): install the carried runtime wheels,
 # then the correctness matrix and the benchmark over plans compiled on the build machine.
-# Usage: bash benchmarks/gpu_run.sh [tests|newtests|blocks|fe|sbs|fuzz|all]   (results go to $OUT or ./gpu_results)
+# Usage: bash benchmarks/gpu_run.sh [tests|newtests|blocks|fe|sbs|fuzz|kernels|all]   (results go to $OUT or ./gpu_results)
 # all = tests, blocks, sbs. benchmarks/README.md says what each mode runs and reports.
 # tests/newtests need the IREE compiler there too: .gpu/iree_compiler.tar.xz (iree-base-compiler's
 # wheel unpacked, libIREECompiler.so stripped), unpacked beside the runtime; .whl also carries the
@@ -76,5 +76,14 @@ if [ "$what" = newtests ]; then
     python3 -m pytest -q -p no:cacheprovider -m gpu ${NEW_TESTS:-tests/test_alias_inputs.py tests/test_int8.py} \
         > "$OUT/newtests.txt" 2>&1
     echo "newtests rc=$?"; tail -15 "$OUT/newtests.txt"
+fi
+if [ "$what" = kernels ]; then
+    # generated kernels (GPU_KERNELS=GENERATED, Triton 3.6.0 as installed here) vs IREE's code vs torch: plans
+    # built here (needs .gpu/iree_compiler.tar.xz), checked against float64 torch, timed interleaved
+    python3 -c "import triton; print('triton', triton.__version__)" >> "$OUT/gpu.txt" 2>&1
+    python3 benchmarks/gpu_kernels.py ${KERNELS_TINY:+--tiny} --json "$OUT/kernels.json" > "$OUT/kernels.txt" 2>&1
+    echo "kernels rc=$?"; tail -20 "$OUT/kernels.txt"
+    python3 -m pytest -q -p no:cacheprovider tests/test_generated_kernels.py > "$OUT/kernels_tests.txt" 2>&1
+    echo "kernels tests rc=$?"; tail -5 "$OUT/kernels_tests.txt"
 fi
 # (further modes, e.g. a GPU fuzzer's, go here; benchmarks/README.md lists them)

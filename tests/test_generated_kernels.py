@@ -188,3 +188,14 @@ def test_restore_without_triton(handle, tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "'GPU_KERNELS': 'GENERATED'" in out.stdout and "tensors [1, 2, 3, 4]" in out.stdout
+
+
+def test_gpu_kernels_benchmark_builds_tiny(tmp_path):
+    """benchmarks/gpu_kernels.py at its tiny size, build-only (the GPU run: gpu_run.sh kernels)."""
+    import json
+    import runpy
+    mod = runpy.run_path(os.path.join(os.path.dirname(__file__), "..", "benchmarks", "gpu_kernels.py"))
+    out = tmp_path / "k.json"
+    assert mod["main"](["--tiny", "--device", "cpu-check", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["knob"], r["reported"]) for r in rows} == {("IREE", "IREE"), ("GENERATED", "GENERATED")}

@@ -1,0 +1,189 @@
+"""Generated kernels against IREE's own code and torch, on a CUDA GPU (knob GPU_KERNELS).
+
+For each case (matmul, optional bias + gelu epilogue; bf16/f16; row- or column-major B) it builds two
+plans on the GPU handle, GPU_KERNELS=IREE and =GENERATED, checks both against float64 torch, and times
+them interleaved with torch (device-resident tensors, outputs in place, CUDA-synchronized medians),
+writing a JSON summary with medians, spread and TFLOP/s. Needs the IREE compiler and Triton on the GPU
+machine (benchmarks/gpu_run.sh kernels installs the carried compiler; Triton 3.6.0 is there).
+
+    python benchmarks/gpu_kernels.py --json gpu_results/kernels.json            # the full set
+    python benchmarks/gpu_kernels.py --tiny --device cpu-check                 # build-only smoke (CPU)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+# (name, batch, M, N, K, dtype, B column-major, bias+gelu)
+CASES = [
+    ("mm4096_bf16", 1, 4096, 4096, 4096, "bf16", False, False),
+    ("mm4096_f16_bt", 1, 4096, 4096, 4096, "f16", True, False),
+    ("mm4096_bf16_bias_gelu", 1, 4096, 4096, 4096, "bf16", False, True),
+    ("bmm8_1000x1000x520_f16", 8, 1000, 1000, 520, "f16", False, False),
+    ("odd_777x1531x333_bf16_bt_gelu", 1, 777, 1531, 333, "bf16", True, True),
+    ("mlp_8192x3072x768_f16_bias_gelu", 1, 8192, 3072, 768, "f16", True, True),
+]
+TINY = [("tiny_bf16_bias_gelu", 2, 64, 80, 96, "bf16", True, True), ("tiny_f16", 1, 33, 65, 40, "f16", False, False)]
+TOL = {"bf16": 2e-2, "f16": 5e-3}
+
+
+def build(hd, handle, case, knob):
+    name, batch, m, n, k, dt, bt, epi = case
+    dtype = {"bf16": hd.DataType.BFLOAT16, "f16": hd.DataType.HALF}[dt]
+    g = hd.Graph(name=name, io_data_type=dtype, compute_data_type=hd.DataType.FLOAT)
+    x = g.tensor(name="X", uid=1, dim=[batch, m, k])
+    w = g.tensor(name="W", uid=2, dim=[1, k, n], stride=[k * n, 1, k] if bt else [k * n, n, 1])
+    y = g.matmul(x, w)
+    if epi:
+        b = g.tensor(name="bias", uid=3, dim=[1, 1, n])
+        y = g.pointwise(g.pointwise(y, b, mode=hd.PointwiseMode.ADD), mode=hd.PointwiseMode.GELU_FWD)
+    y.set_output(True).set_uid(4)
+    g.validate()
+    g.build_operation_graph(handle)
+    g.create_execution_plan("IREE_LINALG", {"GPU_KERNELS": knob})
+    g.check_support()
+    t = time.perf_counter()
+    g.build_plans()
+    return g, time.perf_counter() - t
+
+
+def tensors(torch, case, dev):
+    name, batch, m, n, k, dt, bt, epi = case
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dt]
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    x = (torch.randn(batch, m, k, generator=gen) / k ** 0.5).to(tdt).to(dev)
+    w = torch.randn(1, n, k, generator=gen).to(tdt).to(dev).transpose(1, 2) if bt else \
+        torch.randn(1, k, n, generator=gen).to(tdt).to(dev)
+    b = torch.randn(1, 1, n, generator=gen).to(tdt).to(dev)
+    out = torch.empty(batch, m, n, dtype=tdt, device=dev)
+    return x, w, b, out
+
+
+def reference(torch, case, x, w, b):
+    epi = case[7]
+    y = torch.matmul(x.double(), w.double())
+    if epi:
+        y = torch.nn.functional.gelu(y + b.double())
+    return y
+
+
+def torch_fn(torch, case, x, w, b):
+    epi = case[7]
+    if epi:
+        return lambda: torch.nn.functional.gelu(torch.addmm(b[0], x[0], w[0]) if x.shape[0] == 1
+                                                else torch.matmul(x, w) + b)
+    return lambda: torch.matmul(x, w)
+
+
+def timed(torch, fn, reps):
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return times
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--tiny", action="store_true", help="two small cases (a smoke run)")
+    ap.add_argument("--device", default="cuda", help="cuda, or cpu-check: build both plans for cuda:sm_80 only")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (IREE, generated, torch)")
+    a = ap.parse_args(argv)
+    import hipdnn_iree as hd
+    cases = TINY if a.tiny else CASES
+    rows = []
+    if a.device == "cpu-check":
+        handle = hd.create_handle(device=None, target="cuda:sm_80")
+        for case in cases:
+            for knob in ("IREE", "GENERATED"):
+                g, secs = build(hd, handle, case, knob)
+                plan = g.serialize_compiled_plan()
+                rows.append({"case": case[0], "knob": knob, "build_s": round(secs, 2), "plan_bytes": len(plan),
+                             "reported": g.get_engine_config_at_index(0).knobs.get("GPU_KERNELS")})
+        print(json.dumps(rows, indent=1))
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"mode": "cpu-check", "rows": rows}, f, indent=1)
+        return 0
+    import torch
+    handle = hd.create_handle(device="cuda")
+    dev = torch.device("cuda")
+    failures = 0
+    for case in cases:
+        name, batch, m, n, k, dt, bt, epi = case
+        flops = 2.0 * batch * m * n * k
+        x, w, b, out = tensors(torch, case, dev)
+        ref = reference(torch, case, x, w, b)
+        pack = {1: x, 2: w, 4: out}
+        if epi:
+            pack[3] = b
+        row = {"case": name, "batch": batch, "M": m, "N": n, "K": k, "dtype": dt, "b_col_major": bt,
+               "bias_gelu": epi}
+        fns = {"torch": torch_fn(torch, case, x, w, b)}
+        for knob in ("IREE", "GENERATED"):
+            try:
+                g, secs = build(hd, handle, case, knob)
+            except Exception as e:   # noqa: BLE001  (a failed build is a result of its own)
+                row[knob] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
+                failures += 1
+                continue
+            g.execute(handle, pack)
+            torch.cuda.synchronize()
+            err = ((out.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+            ok = err <= TOL[dt]
+            failures += not ok
+            row[knob] = {"build_s": round(secs, 2), "max_rel_err": err, "ok": ok,
+                         "reported": g.get_engine_config_at_index(0).knobs.get("GPU_KERNELS")}
+            fns[knob] = (lambda g=g: g.execute(handle, pack))
+        times = {key: [] for key in fns}
+        for key, fn in fns.items():
+            for _ in range(3):
+                fn()
+        torch.cuda.synchronize()
+        for _ in range(a.rounds):
+            for key, fn in fns.items():
+                times[key] += timed(torch, fn, a.reps)
+        for key, ts in times.items():
+            med = statistics.median(ts)
+            stat = {"median_ms": round(med, 4), "p10_ms": round(sorted(ts)[len(ts) // 10], 4),
+                    "p90_ms": round(sorted(ts)[9 * len(ts) // 10], 4), "n": len(ts),
+                    "tflops": round(flops / med / 1e9, 1)}
+            row.setdefault(key, {}).update(stat)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    summary = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "triton": _version("triton"), "iree_runtime": _version("iree-base-runtime"),
+               "conditions": f"{a.rounds} interleaved rounds x {a.reps} calls, CUDA events, device-resident inputs",
+               "rows": rows, "failures": failures}
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(summary, f, indent=1)
+    print("| case | IREE ms (TFLOP/s) | generated ms (TFLOP/s) | torch ms (TFLOP/s) | gen err |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        cell = lambda k: (f"{r[k]['median_ms']} ({r[k]['tflops']})" if "median_ms" in r.get(k, {})  # noqa: E731
+                          else r.get(k, {}).get("error", "-")[:60])
+        print(f"| {r['case']} | {cell('IREE')} | {cell('GENERATED')} | {cell('torch')} | "
+              f"{r.get('GENERATED', {}).get('max_rel_err', '-')} |")
+    return 1 if failures else 0
+
+
+def _version(pkg):
+    from importlib import metadata
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
