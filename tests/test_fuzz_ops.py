@@ -61,3 +61,15 @@ def test_cpu_tier(seed, tmp_path):
     print(json.dumps({k: out[k] for k in ("counts", "refused", "median_build_s")}))
     assert not counts.get("WRONG") and not counts.get("error"), p.stdout[-4000:]
     assert counts.get("right", 0) >= 140, counts
+
+
+@pytest.mark.parametrize("fp8", ["fp8_e4m3", "fp8_e5m2"])
+@pytest.mark.parametrize("layout", ["pad", "col"])
+def test_fp8_operand_in_a_strided_view(fp8, layout):
+    """Found by the fuzzer: an FP8 input bound as a padded or transposed view failed inside the engine
+    (numpy's as_strided cannot rebuild ml_dtypes' 1-byte types: PLUGIN_ERROR from a TypeError)."""
+    import hipdnn_iree as hd
+    cs = {"kind": "matmul", "seed": 7, "size": "small", "m": 48, "n": 72, "k": 49, "b": 2, "bcast": "none", "dt": "fp8",
+          "a_layout": layout, "b_layout": "row", "out_layout": "pad", "epilogue": ["bias"], "fp8": fp8, "out_dt": "f32"}
+    r = F.run_case(cs, hd.create_handle())
+    assert r["status"] == "right", r

@@ -238,8 +238,7 @@ def dense_view(t: BoundTensor, arr: np.ndarray) -> np.ndarray:
     if bad == [] and not lay.is_dense:
         # NOTE: a strided view binds as the run of memory from its first element to its last
         # (other tensors' elements in between are read, and written back unchanged for outputs)
-        view = np.lib.stride_tricks.as_strided(arr, shape=(lay.span,), strides=(item,),
-                                               writeable=arr.flags.writeable)
+        view = _as_strided(arr, (lay.span,), (item,))
     elif bad == []:
         view = arr[tuple(0 if a in lay.bcast_axes else slice(None) for a in range(arr.ndim))]
         kept = [a for a in range(arr.ndim) if a not in lay.bcast_axes]
@@ -312,6 +311,15 @@ def _check_aliasing(tensors, ins: dict, outs: dict) -> None:
                                   "interleave; give each output a buffer (or a span) of its own")
 
 
+def _as_strided(arr: np.ndarray, shape, strides) -> np.ndarray:
+    """``as_strided`` for every element type. NOTE: numpy cannot rebuild ml_dtypes' 1-byte float types
+    (FP8/FP4/E8M0: "data type '<f1' not understood"), so those go through a uint8 view and back."""
+    one = arr.dtype.itemsize == 1 and arr.dtype.kind not in "biu"
+    base = arr.view(np.uint8) if one else arr
+    v = np.lib.stride_tricks.as_strided(base, shape=tuple(shape), strides=tuple(strides), writeable=arr.flags.writeable)
+    return v.view(arr.dtype) if one else v
+
+
 def logical_from_dense(t: BoundTensor, view: np.ndarray) -> np.ndarray:
     """Inverse of :func:`dense_view`: the logical (dims-shaped) array, broadcast axes included
     (a packed tensor's bytes are unpacked: a copy)."""
@@ -319,8 +327,7 @@ def logical_from_dense(t: BoundTensor, view: np.ndarray) -> np.ndarray:
     if _is_bytes(t, view):
         view = unpack_fp4(view)
     if not lay.is_dense:
-        return np.lib.stride_tricks.as_strided(view, shape=t.dims, strides=[s * view.itemsize for s in t.strides],
-                                               writeable=view.flags.writeable)
+        return _as_strided(view, t.dims, [s * view.itemsize for s in t.strides])
     kept = [a for a in range(len(t.dims)) if a not in lay.bcast_axes]
     arr = view.transpose([lay.order.index(a) for a in kept])
     arr = np.expand_dims(arr, tuple(lay.bcast_axes)) if lay.bcast_axes else arr
