@@ -64,6 +64,11 @@ class IreeLinalgPlugin:
         return 0  # IREE allocates its transients itself
 
     def get_knobs(self, engine_id: int, session=None) -> list:
+        """Every knob, less ``GPU_KERNELS`` for a handle whose targets are all CPUs (API.md: absent there)."""
+        if isinstance(session, IreeSession):
+            targets = session.targets or (session.target,)
+            if all(t.backend == "llvm-cpu" for t in targets):
+                return [k for k in KNOBS if k.name != "GPU_KERNELS"]
         return list(KNOBS)
 
     def get_engine_configs(self, engine_id: int, op_graph: bytes, heur_mode, session=None) -> list[dict]:
