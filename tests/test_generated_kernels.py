@@ -199,3 +199,20 @@ def test_gpu_kernels_benchmark_builds_tiny(tmp_path):
     assert mod["main"](["--tiny", "--device", "cpu-check", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
     assert {(r["knob"], r["reported"]) for r in rows} == {("IREE", "IREE"), ("GENERATED", "GENERATED")}
+
+
+def test_gpu_kernels_knob_absent_on_cpu_handles():
+    """API.md: GPU_KERNELS is a knob of CUDA/ROCm handles only; a CPU handle refuses it by name."""
+    def names(h):
+        g = hd.Graph(io_data_type=hd.DataType.FLOAT)
+        a, b = g.tensor(name="a", uid=1, dim=[1, 4, 4]), g.tensor(name="b", uid=2, dim=[1, 4, 4])
+        g.matmul(a, b).set_output(True).set_uid(3)
+        g.build_operation_graph(h)
+        return [k.name for k in g.get_knobs_for_engine("IREE_LINALG")], g
+    cpu, g = names(hd.create_handle())
+    assert "GPU_KERNELS" not in cpu and "GPU_MATMUL_TILE" in cpu
+    with pytest.raises(hd.HipdnnError) as e:
+        g.create_execution_plan("IREE_LINALG", {"GPU_KERNELS": "GENERATED"})
+    assert "GPU_KERNELS" in str(e.value)
+    assert "GPU_KERNELS" in names(hd.create_handle(device=None, target="cuda:sm_80"))[0]
+    assert "GPU_KERNELS" in names(hd.create_handle(device=None, target="rocm:gfx942"))[0]
