@@ -19,13 +19,7 @@ def handle():
     cudnn.destroy_handle(h)
 
 
-def _build(g):
-    g.validate()
-    g.build_operation_graph()
-    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-    g.check_support()
-    g.build_plans()
-    return torch.empty(g.get_workspace_size(), dtype=torch.uint8)
+from test_cudnn_facade import _build  # noqa: E402  (cuDNN FE's five build steps; returns a workspace)
 
 
 def _rope_graph(handle, x1, x2, cos1, cos2, sin1, sin2):

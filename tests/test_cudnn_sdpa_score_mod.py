@@ -23,13 +23,7 @@ def handle():
     cudnn.destroy_handle(h)
 
 
-def _build(g):
-    g.validate()
-    g.build_operation_graph()
-    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-    g.check_support()
-    g.build_plans()
-    return torch.empty(g.get_workspace_size(), dtype=torch.uint8)
+from test_cudnn_facade import _build  # noqa: E402  (cuDNN FE's five build steps; returns a workspace)
 
 
 def _qkv(rng, b, h, s_q, s_kv, d, dtype=torch.float16):
