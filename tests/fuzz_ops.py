@@ -438,7 +438,7 @@ class _CompileClock:
 def run(cases, handle, target, device=None, log=print, build_handle=None, deadline_s=None) -> dict:
     """Runs ``cases`` (stopping early, counted as ``not_run``, once ``deadline_s`` seconds have passed)."""
     counts, wrong, refused, build_s = collections.Counter(), [], collections.Counter(), []
-    compile_s, exec_s = [], []
+    compile_s, exec_s, refused_cases = [], [], []
     t_start = time.perf_counter()
     for i, cs in enumerate(cases):
         if deadline_s is not None and time.perf_counter() - t_start > deadline_s:
@@ -457,11 +457,14 @@ def run(cases, handle, target, device=None, log=print, build_handle=None, deadli
             build_s.append(r["build_s"])
         if r["status"] == "refused":
             refused[r["why"][:120]] += 1
+            if len(refused_cases) < 50:
+                refused_cases.append({"case": cs, "what": describe(cs), "why": r["why"]})
         if r["status"] in ("WRONG", "error"):
             wrong.append({"case": cs, "what": describe(cs), **{k: v for k, v in r.items() if k != "trace"}})
             log(f"{r['status']}: {describe(cs)} err={r.get('err')} tol={r.get('tol')} {r.get('why', '')}\n"
                 f"  repro: {repro_line(cs, target, device)}")
     return {"counts": dict(counts), "wrong": wrong, "refused": dict(refused.most_common()),
+            "refused_cases": refused_cases,
             "median_build_s": float(np.median(build_s)) if build_s else None,
             "median_compile_s": float(np.median(compile_s)) if compile_s else None,
             "median_first_execute_s": float(np.median(exec_s)) if exec_s else None, "cases": len(cases),
@@ -473,6 +476,7 @@ def merge(paths) -> dict:
     """One summary of several shard results (counts added, wrong cases and refusals listed, medians over
     every case's build time): what is committed (docs/gpu_results), not the per-case samples."""
     counts, refused, wrong, build, comp, first, wall = collections.Counter(), collections.Counter(), [], [], [], [], []
+    refused_cases = []
     meta = {}
     for p in paths:
         try:
@@ -484,6 +488,7 @@ def merge(paths) -> dict:
         counts.update(d["counts"])
         refused.update(d["refused"])
         wrong += d["wrong"]
+        refused_cases += d.get("refused_cases", [])[:20]
         build += d.get("build_s", [])
         comp += d.get("compile_s", [])
         first += d.get("first_execute_s", [])
@@ -491,7 +496,7 @@ def merge(paths) -> dict:
         meta = {k: d.get(k) for k in ("target", "device", "size")}
     med = lambda v: round(float(np.median(v)), 4) if v else None  # noqa: E731
     return {**meta, "shards": len(paths), "counts": dict(counts), "refused": dict(refused.most_common()),
-            "wrong": wrong, "median_build_s": med(build), "median_compile_s": med(comp),
+            "wrong": wrong, "refused_cases": refused_cases[:100], "median_build_s": med(build), "median_compile_s": med(comp),
             "median_first_execute_s": med(first), "built": len(build), "max_shard_wall_s": max(wall or [0])}
 
 
