@@ -366,7 +366,10 @@ def run_case(cs: dict, handle, build_handle=None) -> dict:
     try:
         g.build(build_handle or handle)
     except hd.HipdnnError as e:
-        return {"status": "refused", "why": f"{e.status.name}: {str(e)[:300]}", "stage": "build"}
+        # NOTE: INTERNAL_ERROR is the engine failing on a valid graph (e.g. IREE's compile failing), a defect;
+        # the other statuses are refusals (NOT_SUPPORTED and friends, each with its reason)
+        bad = e.status == hd.Status.INTERNAL_ERROR
+        return {"status": "error" if bad else "refused", "why": f"{e.status.name}: {str(e)[:300]}", "stage": "build"}
     t_build = time.perf_counter() - t0
     before = {u: np.array(a, copy=True) for u, a in ins.items()}
     t1 = time.perf_counter()
