@@ -27,9 +27,11 @@ from hipdnn_iree.plugin_sdk.buffers import empty_aligned, pack_fp4, unpack_fp4
 from hipdnn_iree.plugin_sdk.scale_layout import from_f8_128x4, to_f8_128x4
 from hipdnn_iree import backend
 from hipdnn_iree.backend.plan import PlanTensor
+from hipdnn_iree.plugin_sdk.store import PlanStore
+from hipdnn_iree.frontend.build_many import build_many
 
 __all__ = [
-    "BuildPlanPolicy", "DataType", "Graph", "HeurMode", "Knob", "Handle", "HipdnnError", "KernelCache", "MoeGroupedMatmulMode", "NormFwdPhase", "PlanTensor", "PointwiseMode", "ReductionMode", "ResampleMode", "Status",
-    "TensorAttributes", "__version__", "backend", "create_handle", "empty_aligned", "engine_id_from_name", "from_f8_128x4", "load_plan", "pack_fp4", "register_custom_op",
+    "BuildPlanPolicy", "DataType", "Graph", "HeurMode", "Knob", "Handle", "PlanStore", "HipdnnError", "KernelCache", "MoeGroupedMatmulMode", "NormFwdPhase", "PlanTensor", "PointwiseMode", "ReductionMode", "ResampleMode", "Status",
+    "TensorAttributes", "__version__", "backend", "build_many", "create_handle", "empty_aligned", "engine_id_from_name", "from_f8_128x4", "load_plan", "pack_fp4", "register_custom_op",
     "registered_custom_ops", "save_plan", "to_f8_128x4", "unpack_fp4", "unregister_custom_op",
 ]

@@ -63,5 +63,6 @@ def _private_compile_cache(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("HIPDNN_IREE_CACHE_DIR", str(tmp_path_factory.mktemp("compile_cache")))
     mp.delenv("HIPDNN_IREE_CACHE_MAX_BYTES", raising=False)
+    mp.delenv("HIPDNN_IREE_STORE", raising=False)   # NOTE: a developer's fleet store never leaks into the tests
     yield
     mp.undo()

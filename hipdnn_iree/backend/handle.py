@@ -54,6 +54,7 @@ class Handle:
     """Create with :func:`create_handle`."""
 
     self_check = False   # first execution of each plan compared with NUMPY_REFERENCE (selfcheck.py)
+    store = None         # the plan store (plugin_sdk/store.py) or None
 
     def __init__(self, device: str | None, resource_manager: PluginResourceManager, target: str = "",
                  targets: tuple = (), settings: HandleSettings | None = None):
@@ -68,7 +69,8 @@ class Handle:
 
 
 def create_handle(device: str | None = "local-task", target: str | None = None,
-                  engine_plugins: list | None = None, cache=None, self_check: bool | None = None) -> Handle:
+                  engine_plugins: list | None = None, cache=None, self_check: bool | None = None,
+                  store=None) -> Handle:
     """Creates a handle.
 
     Args:
@@ -84,6 +86,10 @@ def create_handle(device: str | None = "local-task", target: str | None = None,
         self_check: compare the first execution of each plan with the NUMPY_REFERENCE engine and
             raise EXECUTION_FAILED on a mismatch (``hipdnn_iree/backend/selfcheck.py``); ``None`` follows
             ``HIPDNN_IREE_SELF_CHECK=1``.
+        store: the plan store (``hd.PlanStore``, a ``redis://host:port/db`` URL or a folder) that builds
+            share compiled modules, tuning results and finished plans through; ``None`` follows
+            ``HIPDNN_IREE_STORE`` (unset: no store, builds use the local compile cache only). An
+            unreachable store never fails a build: it goes on locally, saying so once.
 
     Example:
         >>> import hipdnn_iree as hd
@@ -91,10 +97,10 @@ def create_handle(device: str | None = "local-task", target: str | None = None,
         >>> h.device is None
         True
     """
-    return open_handle(device, target, engine_plugins, cache, self_check)
+    return open_handle(device, target, engine_plugins, cache, self_check, store=store)
 
 
-def open_handle(device, target, engine_plugins, cache, self_check, compile_flags: tuple = ()) -> Handle:
+def open_handle(device, target, engine_plugins, cache, self_check, compile_flags: tuple = (), store=None) -> Handle:
     """:func:`create_handle` with the settings the public call does not expose: ``compile_flags``
     (extra compiler flags, the CLI's ``--iree-flag``; part of the compile cache key)."""
     if device is not None and (not isinstance(device, str) or not device):
@@ -109,12 +115,15 @@ def open_handle(device, target, engine_plugins, cache, self_check, compile_flags
                                             f"got {type(engine_plugins).__name__}")
     check = self_check_enabled(self_check)
     settings = HandleSettings.from_environment()
+    from hipdnn_iree.plugin_sdk.store import resolve as _resolve_store
+    store = _resolve_store(store)
     plugins = discover_plugins() if engine_plugins is None else list(engine_plugins)
     target_arg = list(target) if isinstance(target, (list, tuple)) else target
-    rm = PluginResourceManager(plugins, SessionSettings(device, target_arg, cache, tuple(compile_flags)))
+    rm = PluginResourceManager(plugins, SessionSettings(device, target_arg, cache, tuple(compile_flags), store))
     resolved = rm.session_attr("target")
     targets = rm.session_attr("targets") or ()
     name = str(resolved) if resolved is not None else (target if isinstance(target, str) else "")
     handle = Handle(device, rm, name, tuple(str(t) for t in targets), settings)
     handle.self_check = check
+    handle.store = store
     return handle

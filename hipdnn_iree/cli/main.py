@@ -6,6 +6,8 @@ Usage (``hipdnn-iree COMMAND --help`` for each)::
     hipdnn-iree run PLAN --input UID=FILE.npy ... --output-dir DIR [--device local-task] [--json]
     hipdnn-iree bench PLAN [--device local-task] [-n 100]
     hipdnn-iree compile GRAPH.json [--target llvm-cpu:host] -o PLAN
+    hipdnn-iree compile GRAPH.json... --target T... [--ray ADDRESS] [--store URL]
+    hipdnn-iree fetch KEY --store URL --out PLAN
     hipdnn-iree mlir GRAPH [--target llvm-cpu:host]
     hipdnn-iree upgrade IN OUT [--target llvm-cpu:host]
     hipdnn-iree cache {info,clear} [--dir DIR] [--json]
@@ -340,6 +342,68 @@ def _restore_again(handle, data: bytes, verify_key, path: str):
 
 
 def cmd_compile(args) -> int:
+    if len(args.graph) > 1 or len(args.target) > 1 or args.ray or args.store or not args.output:
+        return _compile_many(args)
+    args.graph, args.target = args.graph[0], args.target[0]
+    return _compile_one(args)
+
+
+def _compile_many(args) -> int:
+    """Every graph file for every target, one plan each, into the store (``hd.build_many``), in
+    local processes or as Ray tasks (``--ray``); prints one line per plan: key, graph file, target."""
+    import hipdnn_iree as hd
+    if args.output:
+        raise CliError(EXIT_USAGE, "--output writes one plan: give one graph and one target, or leave it out "
+                                   "and fetch each plan by key (hipdnn-iree fetch KEY --store URL --out PLAN)")
+    if args.iree_flag or args.signing_key_file:
+        raise CliError(EXIT_USAGE, "--iree-flag and --signing-key-file apply to one plan written with --output")
+    graphs = []
+    for path in args.graph:
+        text = _read(path, "graph file", check=_json_start, kind="graph JSON")
+        try:
+            graphs.append(hd.Graph.from_json(text).validate())
+        except HipdnnError as e:
+            raise CliError(EXIT_BAD_PLAN, f"'{path}' is not a valid graph: {e.message}") from None
+    targets = [t.strip() for spec in args.target for t in spec.split(",") if t.strip()]
+    try:
+        store = hd.PlanStore(args.store) if args.store else None
+        results = hd.build_many(graphs, targets=targets, store=store, ray_address=args.ray,
+                                autotune=args.autotune, cache=False if args.no_cache else None,
+                                progress=not args.quiet)
+    except HipdnnError as e:
+        raise CliError(EXIT_USAGE if e.status == Status.BAD_PARAM else EXIT_FAILED, e.message) from None
+    failed = 0
+    for (i, target), got in results.items():
+        if isinstance(got, HipdnnError):
+            failed += 1
+            print(f"FAILED {args.graph[i]} {target}: {got}")
+        else:
+            print(f"{got} {args.graph[i]} {target}")
+    where = args.store or (store.url if store else hd.PlanStore().url)
+    print(f"{len(results) - failed} of {len(results)} plans in {where}" + (f"; {failed} failed" if failed else ""),
+          file=sys.stderr)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def cmd_fetch(args) -> int:
+    """Writes the plan stored under KEY to a file (no compiler, no device needed)."""
+    import hipdnn_iree as hd
+    try:
+        store = hd.PlanStore(args.store)
+        data = store.get("plan", args.key)
+    except HipdnnError as e:
+        raise CliError(EXIT_USAGE if e.status == Status.BAD_PARAM else EXIT_FAILED, e.message) from None
+    if data is None:
+        raise CliError(EXIT_FAILED, f"plan store {store.url} has no plan under key {args.key}")
+    try:
+        hd.save_plan(args.out, data)
+    except HipdnnError as e:
+        raise CliError(EXIT_USAGE, e.message) from None
+    print(f"wrote {args.out}: {len(data)} bytes, plan {args.key} from {store.url}")
+    return EXIT_OK
+
+
+def _compile_one(args) -> int:
     import hipdnn_iree as hd
     text = _read(args.graph, "graph file", check=_json_start, kind="graph JSON")
     try:
@@ -512,15 +576,28 @@ def _parser() -> argparse.ArgumentParser:
                    help="progress bar on stderr (auto: when the run takes over 2 s)")
     device_opts(p)
 
-    p = add("compile", "Build a plan from a graph saved with Graph.to_json().", cmd_compile)
-    p.add_argument("graph", metavar="GRAPH.json")
-    p.add_argument("--target", default="llvm-cpu:host", help="llvm-cpu[:<cpu>], rocm:<gfx>, cuda:<sm> "
-                   "(default llvm-cpu:host; use e.g. llvm-cpu:x86-64-v3 for plans that travel); a comma-separated "
-                   "list (rocm:gfx942,cuda:sm_80,llvm-cpu:x86-64-v3) writes one plan with a module per target")
-    p.add_argument("--output", "-o", required=True, metavar="PLAN", help="plan file to write (atomically)")
+    p = add("compile", "Build a plan from a graph saved with Graph.to_json() (-o PLAN), or plans for several graphs "
+            "and targets into a plan store (--store, --ray).", cmd_compile)
+    p.add_argument("graph", metavar="GRAPH.json", nargs="+")
+    p.add_argument("--target", nargs="+", default=["llvm-cpu:host"], help="llvm-cpu[:<cpu>], rocm:<gfx>, cuda:<sm> "
+                   "(default llvm-cpu:host; use e.g. llvm-cpu:x86-64-v3 for plans that travel); with -o a "
+                   "comma-separated list (rocm:gfx942,cuda:sm_80,llvm-cpu:x86-64-v3) writes one plan with a module "
+                   "per target; several targets without -o: one plan per graph and target, into the store")
+    p.add_argument("--output", "-o", metavar="PLAN", help="plan file to write (atomically); one graph and one target")
+    p.add_argument("--store", metavar="URL", help="plan store to write the plans to: redis://host:port/db or a folder "
+                   "(default: HIPDNN_IREE_STORE, else the compile cache folder); prints each plan's key")
+    p.add_argument("--ray", metavar="ADDRESS", help="build as Ray tasks on this cluster (auto, ray://host:10001)")
+    p.add_argument("--autotune", action="store_true", help="with --store: time every engine config on the target's "
+                   "device (on Ray: a task per device kind, resource gpu_<arch>) and store the winners")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     p.add_argument("--no-cache", action="store_true", help="always compile (skip the persistent compile cache)")
     p.add_argument("--iree-flag", action="append", metavar="FLAG", help="extra iree-compile flag, written --iree-flag=--iree-opt-level=O3 (repeatable)")
     p.add_argument("--signing-key-file", metavar="FILE", help="sign the plan (HMAC-SHA256) with this key")
+
+    p = add("fetch", "Write the plan stored under KEY in a plan store to a file (no compiler needed).", cmd_fetch)
+    p.add_argument("key", metavar="KEY", help="plan key (64 hex digits, as compile --store or g.plan_key print)")
+    p.add_argument("--store", required=True, metavar="URL", help="plan store: redis://host:port/db or a folder")
+    p.add_argument("--out", "-o", required=True, metavar="PLAN", help="plan file to write (atomically)")
 
     p = add("mlir", "Print the MLIR (linalg on tensors, verified) the IREE engine compiles for a graph: graph JSON "
             "(Graph.to_json()) or a hipDNN graph FlatBuffer (Graph.to_hipdnn_graph(), hipDNN's frontend).", cmd_mlir)

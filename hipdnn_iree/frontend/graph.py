@@ -18,6 +18,7 @@ from hipdnn_iree.frontend.ops.moe import MoeOps
 from hipdnn_iree.frontend.ops.resample import ResampleOps
 from hipdnn_iree.frontend.ops.sdpa import SdpaOps
 from hipdnn_iree.frontend.plans import PlanOps, PlanSlot
+from hipdnn_iree.frontend.fleet import FleetOps
 from hipdnn_iree.plugin_sdk.errors import to_hipdnn
 from hipdnn_iree.plugin_sdk.status import HipdnnError, Status
 from hipdnn_iree.frontend.node import _Node
@@ -33,7 +34,7 @@ from graph_ir.opdef import OPS
 MAX_TENSOR_BYTES = 2**47
 
 
-class Graph(PlanOps, ConvOps, BatchnormTrainOps, NormBackwardOps, NormOps, SdpaOps, ResampleOps, BlockScaleOps, MoeOps, CustomOps):
+class Graph(PlanOps, FleetOps, ConvOps, BatchnormTrainOps, NormBackwardOps, NormOps, SdpaOps, ResampleOps, BlockScaleOps, MoeOps, CustomOps):
     """An operation graph and, once built, its execution plan.
 
     Example:

@@ -43,12 +43,15 @@ class SessionSettings:
         cache: compile cache setting: None (environment), False, True or a folder path.
         compile_flags: extra compiler flags for engines that compile (the CLI's ``--iree-flag``);
             such an engine puts them in its compile cache key; other engines ignore them.
+        store: the handle's plan store (``plugin_sdk/store.py``), or None: engines that compile look
+            compiled modules and tuning results up there after their own cache, and write them there.
     """
 
     device: str | None
     target: Any = None
     cache: Any = None
     compile_flags: tuple = ()
+    store: Any = None
 
 
 # -- the required methods ------------------------------------------------------------------

@@ -199,7 +199,8 @@ def _build_one(session: IreeSession, target: Target, op_graph: bytes, desc: Grap
                                             dispatch_count=got.dispatch_count, mlir=got.mlir, compile_flags=got.flags,
                                             compiler_version=got.compiler_version, policy=resolved.policy)
     store = _cache.resolve(session.cache)
-    if store is None:
+    remote = _cache.shared_store(session.store, store)
+    if store is None and remote is None:
         from hipdnn_iree.plugins.iree_linalg.compile import find_compiler
         find_compiler()   # NOT_SUPPORTED naming iree-base-compiler when it is missing (lowering verifies with it)
         lowered = lower(desc, op_graph, resolved, refusal=refusal, shape_spec=spec, specialize=special,
@@ -209,8 +210,12 @@ def _build_one(session: IreeSession, target: Target, op_graph: bytes, desc: Grap
         # NOTE: the key is the MLIR text: lower first (pure Python, no compiler), verify only on a miss
         lowered = lower(desc, op_graph, resolved, verify=False, refusal=refusal, shape_spec=spec, specialize=special,
                         kernels=kernels)
-        key = store.key_for(lowered.mlir, target, flags)
-        hit = store.get(key)
+        key = _cache.key_of(lowered.mlir, target, flags)
+        hit = store.get(key) if store is not None else None
+        if hit is None and remote is not None:
+            hit = _cache.remote_get(remote, key)
+            if hit is not None and store is not None:
+                store.put(key, hit)   # NOTE: the next build on this machine needs no network
         if hit is not None:   # NOTE: a hit skips the compiler (it is not imported)
             if kc_key is not None:
                 kernel_cache.put(kc_key, hit)
@@ -237,6 +242,8 @@ def _build_one(session: IreeSession, target: Target, op_graph: bytes, desc: Grap
                                 lowered.mlir, ctx.compiler_version)
     if store is not None:
         store.put(key, entry)
+    if remote is not None:
+        _cache.remote_put(remote, key, entry)
     if kc_key is not None:
         kernel_cache.put(kc_key, entry)
     return ctx

@@ -95,9 +95,13 @@ class CacheStats:
     stores: int = 0
     corrupt: int = 0
     evicted: int = 0
+    remote_hits: int = 0      # the plan store's module entries (plugin_sdk/store.py)
+    remote_misses: int = 0
+    remote_stores: int = 0
 
     def reset(self) -> None:
         self.hits = self.misses = self.stores = self.corrupt = self.evicted = 0
+        self.remote_hits = self.remote_misses = self.remote_stores = 0
 
 
 STATS = CacheStats()
@@ -257,9 +261,7 @@ class CompileCache:
     def key_for(self, mlir: str, target, extra_flags=()) -> str:
         """The key of compiling ``mlir`` (the lowering's text) for ``target`` (a ``Target``) with
         ``extra_flags`` after the target's own: every input of the module."""
-        from lowering.abi import ABI_FORMAT_VERSION
-        flags = key_flags(tuple(target.compile_flags()) + tuple(extra_flags))
-        return cache_key(mlir, str(target), flags, compiler_identity(), ABI_FORMAT_VERSION)
+        return key_of(mlir, target, extra_flags)
 
     def path_of(self, key: str) -> str:
         if not re.fullmatch(r"[0-9a-f]{64}", key):
@@ -372,6 +374,55 @@ class CompileCache:
         if not self._warned:
             _LOG.warning("%s (the build goes on without the cache)", message)
             self._warned = True
+
+
+def key_of(mlir: str, target, extra_flags=()) -> str:
+    """:meth:`CompileCache.key_for` without a cache: the key a plan store's ``module`` entries use too."""
+    from lowering.abi import ABI_FORMAT_VERSION
+    flags = key_flags(tuple(target.compile_flags()) + tuple(extra_flags))
+    return cache_key(mlir, str(target), flags, compiler_identity(), ABI_FORMAT_VERSION)
+
+
+# -- the plan store's module namespace (plugin_sdk/store.py) -------------------------------
+def shared_store(store, local: "CompileCache | None"):
+    """The handle's plan store as a second level after the local cache, or None: none set, or a
+    directory store in the local cache's own folder (the same machine's disk twice)."""
+    if store is None:
+        return None
+    if local is not None and store.kind == "directory" and os.path.abspath(store.url) == os.path.abspath(local.directory):
+        return None
+    return store
+
+
+def remote_get(store, key: str) -> CachedModule | None:
+    """The store's ``module`` entry for ``key``; None when absent, damaged (the store warns and
+    deletes it; an entry whose inner compile cache record does not decode is deleted here, with a
+    warning naming the key) or the store is unreachable (warned once)."""
+    data = store.try_get("module", key)
+    if data is None:
+        STATS.remote_misses += 1
+        return None
+    try:
+        entry = decode_entry(data, key)
+    except ValueError as e:
+        import warnings
+        warnings.warn(f"plan store {store.url}: entry module/{key} is damaged ({e}); treated as a miss, deleted, "
+                      "and rebuilt", RuntimeWarning, stacklevel=2)
+        try:
+            store.delete("module", key)
+        except HipdnnError:
+            pass
+        STATS.remote_misses += 1
+        return None
+    STATS.remote_hits += 1
+    return entry
+
+
+def remote_put(store, key: str, module: CachedModule) -> bool:
+    """Writes ``module`` to the store (first writer wins); False when not written."""
+    ok = store.try_put("module", key, encode_entry(key, module))
+    STATS.remote_stores += int(ok)
+    return ok
 
 
 # -- entry codec -------------------------------------------------------------------------

@@ -81,15 +81,22 @@ class IreeLinalgPlugin:
     def _tuned(self, s: IreeSession, op_graph: bytes) -> dict | None:
         from hipdnn_iree.plugins.iree_linalg.tuning_db import TuningDb
         folder = _tuning_folder(s)
-        return TuningDb(folder).lookup(op_graph, s.target_name, s.device_identity) if folder else None
+        found = TuningDb(folder).lookup(op_graph, s.target_name, s.device_identity) if folder else None
+        if found is None and s.store is not None:   # NOTE: winners tuned elsewhere, shared through the plan store
+            from hipdnn_iree.plugins.iree_linalg.tuning_db import store_lookup
+            found = store_lookup(s.store, op_graph, s.target_name, s.device_identity)
+        return found
 
     def record_tuning(self, engine_id: int, op_graph: bytes, knobs: dict, timings: list, session=None) -> None:
         from hipdnn_iree.plugins.iree_linalg.tuning_db import TuningDb
         s = _session(session)
         folder = _tuning_folder(s)
+        name = _build.decode(op_graph).name
         if folder:
-            TuningDb(folder).store(op_graph, s.target_name, s.device_identity, knobs, timings,
-                                   _build.decode(op_graph).name)
+            TuningDb(folder).store(op_graph, s.target_name, s.device_identity, knobs, timings, name)
+        if s.store is not None:
+            from hipdnn_iree.plugins.iree_linalg.tuning_db import store_record
+            store_record(s.store, op_graph, s.target_name, s.device_identity, knobs, timings, name)
 
     # -- build, execute -------------------------------------------------------------------
     def create_execution_context(self, engine_id: int, op_graph: bytes, engine_config=None,

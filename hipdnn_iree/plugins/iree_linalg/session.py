@@ -37,6 +37,7 @@ class IreeSession:
     cache: object = None
     compile_flags: tuple = field(default_factory=tuple)
     view_cache: bool = True
+    store: object = None   # the handle's PlanStore (plugin_sdk/store.py), or None
     # graph bytes -> GraphDesc (frozen, safe to share), newest last; see build.decode
     decoded_graphs: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -89,7 +90,8 @@ def create_session(settings: SessionSettings) -> IreeSession:
     flags = tuple(settings.compile_flags or ())
     if not all(isinstance(f, str) and f for f in flags):
         raise HipdnnError(Status.BAD_PARAM, f"compile flags must be non-empty strings, got {list(flags)!r}")
-    return IreeSession(device, primary, tuple(parsed), settings.cache, flags, view_cache=view_cache_enabled())
+    return IreeSession(device, primary, tuple(parsed), settings.cache, flags, view_cache=view_cache_enabled(),
+                       store=getattr(settings, "store", None))
 
 
 VIEW_CACHE_ENV = "HIPDNN_IREE_VIEW_CACHE"

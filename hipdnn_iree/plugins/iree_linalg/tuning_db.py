@@ -9,6 +9,11 @@ One JSON file, ``tuning.json`` in the compile cache's folder (``HIPDNN_IREE_CACH
 handle's ``cache=`` folder), written atomically (a temporary file renamed over it). A damaged or
 unreadable file counts as empty (tuning is an optimisation: it never makes a build fail).
 
+With a plan store on the handle (``plugin_sdk/store.py``), each result is also written to the store's
+``tuning`` namespace under :func:`entry_key` (one JSON entry per graph, target and device kind), and a
+graph with no local result takes the store's: winners tuned on one machine serve every machine
+with that kind of device.
+
 Example:
     >>> import tempfile
     >>> db = TuningDb(tempfile.mkdtemp())
@@ -113,3 +118,29 @@ class TuningDb:
 
     def entries(self) -> dict:
         return dict(self._read()["entries"])
+
+
+def _entry_json(target: str, device: str, knobs: dict, timings: list, graph_name: str) -> dict:
+    return {"knobs": dict(knobs), "timings_ms": [[int(i), float(t)] for i, t in timings], "graph": graph_name,
+            "target": target, "device": device, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def store_record(store, op_graph: bytes, target: str, device: str, knobs: dict, timings: list,
+                 graph_name: str = "") -> bool:
+    """Writes a tuning result to the plan store (replacing an older one); False when not written."""
+    entry = dict(_entry_json(target, device, knobs, timings, graph_name), version=DB_VERSION)
+    return store.try_put("tuning", entry_key(op_graph, target, device),
+                         json.dumps(entry, sort_keys=True).encode("utf-8"))
+
+
+def store_lookup(store, op_graph: bytes, target: str, device: str) -> dict | None:
+    """The plan store's tuned knobs for this graph, target and device kind, or None."""
+    data = store.try_get("tuning", entry_key(op_graph, target, device))
+    if data is None:
+        return None
+    try:
+        entry = json.loads(data.decode("utf-8"))
+    except ValueError:
+        return None
+    knobs = entry.get("knobs") if isinstance(entry, dict) else None
+    return dict(knobs) if isinstance(knobs, dict) else None
