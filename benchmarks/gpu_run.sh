@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (no IREE compiler, no network): install the carried runtime wheels,
 # then the correctness matrix and the benchmark over plans compiled on the build machine.
-# Usage: bash benchmarks/gpu_run.sh [tests|newtests|blocks|fe|sbs|fuzz|kernels|all]   (results go to $OUT or ./gpu_results)
+# Usage: bash benchmarks/gpu_run.sh [tests|newtests|blocks|fe|sbs|fuzz|kernels|fleet|all]   (results go to $OUT or ./gpu_results)
 # all = tests, blocks, sbs. benchmarks/README.md says what each mode runs and reports.
 # tests/newtests need the IREE compiler there too: .gpu/iree_compiler.tar.xz (iree-base-compiler's
 # wheel unpacked, libIREECompiler.so stripped), unpacked beside the runtime; .whl also carries the
@@ -85,5 +85,17 @@ if [ "$what" = kernels ]; then
     echo "kernels rc=$?"; tail -20 "$OUT/kernels.txt"
     python3 -m pytest -q -p no:cacheprovider tests/test_generated_kernels.py > "$OUT/kernels_tests.txt" 2>&1
     echo "kernels tests rc=$?"; tail -5 "$OUT/kernels_tests.txt"
+fi
+if [ "$what" = fleet ]; then
+    # plans for a fleet (docs/fleet.md): needs the carried compiler and ray + redis (pip wheels) in /tmp/site, and
+    # redis-server for a Redis store (else a folder store). 1) compile throughput on this machine's cores with a
+    # `ray start --head` cluster per worker count; 2) autotune through Ray on one gpu_sm_90 resource vs in-process.
+    python3 -c "import ray, redis; print('ray', ray.__version__, 'redis', redis.__version__)" >> "$OUT/gpu.txt" 2>&1
+    python3 benchmarks/fleet_compile.py --graphs "${FLEET_GRAPHS:-50}" --workers ${FLEET_WORKERS:-1 2 4 8 16} --ray-start \
+        --json "$OUT/fleet_compile.json" --md "$OUT/fleet_compile.md" > "$OUT/fleet_compile.txt" 2>&1
+    echo "fleet_compile rc=$?"; cat "$OUT/fleet_compile.md"
+    python3 benchmarks/fleet_autotune.py --target "${FLEET_TARGET:-cuda:sm_90}" --device cuda \
+        --json "$OUT/fleet_autotune.json" > "$OUT/fleet_autotune.txt" 2>&1
+    echo "fleet_autotune rc=$?"; tail -8 "$OUT/fleet_autotune.txt"
 fi
 # (further modes, e.g. a GPU fuzzer's, go here; benchmarks/README.md lists them)

@@ -213,3 +213,25 @@ def test_readme_lists_every_file_and_each_is_run():
               for f in files if f.endswith(".py")}
     assert [f for f, by in run_by.items() if not by and f not in imported] == []
     assert "prep_gpu_carry.sh" in readme and "gpu_run.sh" in readme
+
+
+def test_fleet_compile_runs_tiny(tmp_path):
+    """benchmarks/fleet_compile.py --tiny: 2 small graphs built on Ray with 1 and 2 workers into a store,
+    then restored by a fresh process with the compiler blocked; the summary holds both runs."""
+    import subprocess
+    import sys
+    pytest.importorskip("ray")
+    pytest.importorskip("redis")
+    out = tmp_path / "fleet.json"
+    run = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "fleet_compile.py"), "--tiny", "--graphs", "2",
+                          "--workers", "1", "2", "--targets", "llvm-cpu:host", "rocm:gfx942", "--store",
+                          str(tmp_path / "store"), "--json", str(out)], capture_output=True, text=True, cwd=REPO,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert [r["workers"] for r in res["runs"]] == [1, 2]
+    assert all(r["plans"] == 4 and r["failed"] == 0 for r in res["runs"])
+    s = res["serving"]
+    assert s["restored"] == 2 and s["fetched"] == 2 and s["compiler_loaded"] is False
+    assert _longest_number_list(res) <= MAX_LIST
+    assert "| Ray workers |" in run.stdout
