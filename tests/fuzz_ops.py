@@ -355,8 +355,33 @@ def tolerance(dtype_name: str, reduction: int) -> float:
 
 
 # -- running --------------------------------------------------------------------------------------
-def run_case(cs: dict, handle, build_handle=None) -> dict:
-    """Builds, runs and checks one case; returns {"status": right|WRONG|refused|error, ...}."""
+_TORCH_VIEW = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
+
+
+def to_torch(arr: np.ndarray, device: str):
+    """``arr`` (a strided view, any element type) as a torch tensor on ``device`` with the same strides:
+    its span (first to last element) copied as raw bytes, then viewed as torch's type of the same name."""
+    import torch
+    item = arr.dtype.itemsize
+    span = 1 + sum((d - 1) * st // item for d, st in zip(arr.shape, arr.strides)) if arr.size else 1
+    base = arr.view(np.uint8) if item == 1 else arr   # NOTE: as_strided cannot rebuild ml_dtypes' 1-byte types
+    flat = np.ascontiguousarray(np.lib.stride_tricks.as_strided(base, shape=(span,), strides=(item,)))
+    raw = torch.from_numpy(flat.view(_TORCH_VIEW[item])).to(device)
+    t = raw.view(getattr(torch, arr.dtype.name if arr.dtype.name != "float8_e4m3fn" else "float8_e4m3fn"))
+    return torch.as_strided(t, tuple(arr.shape), tuple(st // item for st in arr.strides))
+
+
+def from_torch(t, like: np.ndarray) -> np.ndarray:
+    """A device tensor made by :func:`to_torch` back in ``like``'s numpy type (logical values only)."""
+    import torch
+    dense = t.contiguous().cpu()
+    item = like.dtype.itemsize
+    return dense.view(getattr(torch, _TORCH_VIEW[item])).numpy().view(like.dtype)
+
+
+def run_case(cs: dict, handle, build_handle=None, torch_device: str | None = None) -> dict:
+    """Builds, runs and checks one case; returns {"status": right|WRONG|refused|error, ...}.
+    ``torch_device``: bind inputs and outputs as torch tensors there (a GPU handle takes device tensors)."""
     rng = np.random.default_rng(cs["seed"] + 1)
     t0 = time.perf_counter()
     try:
@@ -374,11 +399,18 @@ def run_case(cs: dict, handle, build_handle=None) -> dict:
     before = {u: np.array(a, copy=True) for u, a in ins.items()}
     t1 = time.perf_counter()
     try:
-        g.execute(handle, {**ins, **outs})
+        if torch_device:
+            dev = {u: to_torch(a, torch_device) for u, a in {**ins, **outs}.items()}
+            g.execute(handle, dev)
+            ins_after = {u: from_torch(dev[u], a) for u, a in ins.items()}
+            outs = {u: from_torch(dev[u], a) for u, a in outs.items()}
+        else:
+            g.execute(handle, {**ins, **outs})
+            ins_after = ins
     except hd.HipdnnError as e:
         return {"status": "error", "why": f"execute: {e.status.name}: {str(e)[:300]}", "build_s": t_build}
     res = {"status": "right", "build_s": t_build, "first_execute_s": time.perf_counter() - t1, "err": 0.0}
-    for u, a in ins.items():
+    for u, a in ins_after.items():
         if not np.array_equal(np.asarray(a, np.float32), np.asarray(before[u], np.float32), equal_nan=True):
             res.update(status="WRONG", why=f"input uid {u} was changed by execute")
     for u, want in refs.items():
@@ -438,7 +470,7 @@ class _CompileClock:
         self.mod.compile_mlir = self.real
 
 
-def run(cases, handle, target, device=None, log=print, build_handle=None, deadline_s=None) -> dict:
+def run(cases, handle, target, device=None, log=print, build_handle=None, deadline_s=None, torch_device=None) -> dict:
     """Runs ``cases`` (stopping early, counted as ``not_run``, once ``deadline_s`` seconds have passed)."""
     counts, wrong, refused, build_s = collections.Counter(), [], collections.Counter(), []
     compile_s, exec_s, refused_cases = [], [], []
@@ -449,7 +481,7 @@ def run(cases, handle, target, device=None, log=print, build_handle=None, deadli
             break
         try:
             with _CompileClock() as clock:
-                r = run_case(cs, handle, build_handle)
+                r = run_case(cs, handle, build_handle, torch_device)
             if "first_execute_s" in r:
                 compile_s.append(clock.total)
                 exec_s.append(r["first_execute_s"])
@@ -523,6 +555,8 @@ def main(argv=None):
     ap.add_argument("--size", default="small", choices=["small", "large"])
     ap.add_argument("--target", default="llvm-cpu:host")
     ap.add_argument("--device", default=None, help="IREE device (default: local-task for CPU targets)")
+    ap.add_argument("--torch-device", default=None, help="bind tensors as torch tensors on this device "
+                    "(default: cuda for a cuda device, none for the CPU)")
     ap.add_argument("--deadline-s", type=float, default=None, help="start no case after this many seconds")
     ap.add_argument("--case", default=None, help="one case's JSON (a reproduction line)")
     ap.add_argument("--json", default=None)
@@ -547,7 +581,10 @@ def main(argv=None):
         cases = [gen_case(a.seed * 1_000_003 + i, kinds[i % len(kinds)] if len(kinds) < len(KINDS) else
                           (None if len(kinds) == len(KINDS) else kinds[0]), a.size) for i in range(a.cases)]
     t0 = time.perf_counter()
-    out = run(cases, handle, a.target, a.device, deadline_s=a.deadline_s)
+    # NOTE: a GPU handle takes device tensors (host arrays are refused): torch on that device
+    tdev = None if (device or "").startswith("local") else ("cuda" if (device or "").startswith("cuda") else device)
+    tdev = a.torch_device or tdev
+    out = run(cases, handle, a.target, a.device, deadline_s=a.deadline_s, torch_device=tdev)
     out.update(target=a.target, device=device, seed=a.seed, size=a.size, wall_s=round(time.perf_counter() - t0, 1))
     summary = {k: out[k] for k in ("counts", "median_build_s", "median_compile_s", "median_first_execute_s",
                                    "cases", "wall_s")}

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import fuzz_ops as F
@@ -84,3 +85,21 @@ def test_cpu_matmul_of_a_padded_view_builds_with_auto_data_tiling():
               "a_layout": "pad", "b_layout": lb, "out_layout": "row", "epilogue": ["bias"]}
         r = F.run_case(cs, hd.create_handle(cache=False))
         assert r["status"] == "right", r
+
+
+def test_device_tensor_binding_path():
+    """The GPU tier binds torch tensors (a GPU handle refuses host arrays): the same conversion, with torch's
+    CPU device, gives right results for strided f32/bf16/FP8 operands and outputs."""
+    torch = pytest.importorskip("torch")
+    import hipdnn_iree as hd
+    h = hd.create_handle()
+    cases = [{"kind": "matmul", "seed": 7, "size": "small", "m": 48, "n": 72, "k": 49, "b": 2, "bcast": "none", "dt": "fp8",
+              "a_layout": "pad", "b_layout": "col", "out_layout": "pad", "epilogue": ["bias"], "fp8": "fp8_e4m3",
+              "out_dt": "bf16"}] + [F.gen_case(s, "conv") for s in (1, 2, 3)]
+    for cs in cases:
+        r = F.run_case(cs, h, torch_device="cpu")
+        assert r["status"] in ("right", "refused"), (F.describe(cs), r)
+    a = F._array(np.random.default_rng(0), [2, 3, 5], [20, 1, 4], "bf16")
+    t = F.to_torch(a, "cpu")
+    assert t.dtype == torch.bfloat16 and t.stride() == (20, 1, 4)
+    assert np.array_equal(F.from_torch(t, a).astype(np.float32), a.astype(np.float32))

@@ -129,6 +129,19 @@ def decoded_apart(ctx: LowerContext, v: Value) -> Value:
     return propagation_barrier(ctx.em, v)
 
 
+def _is_transpose(em, v: Value) -> bool:
+    """Whether ``v`` is made by a ``linalg.transpose`` (a column-major or otherwise relaid-out operand).
+
+    NOTE: measured on an H100 (IREE 3.13, sm_80 PTX; issue 49, docs/known_issues.md 11): IREE folds the
+    transpose of a column-major A into the contraction (``batch_matmul`` with A's map ``(b, k, m)``), and
+    that f16/bf16 contraction is wrong on CUDA (30-76% of the outputs off) when B is row-major; with A's
+    transpose a dispatch of its own (what IREE does itself when B is column-major too) it is right. A
+    ``compute_barrier.start`` on the transposed A keeps IREE from folding it.
+    """
+    head = f"{v.ssa} = linalg.transpose "
+    return any(line.lstrip().startswith(head) for line in reversed(em.lines))
+
+
 @register_lowering(OpKind.MATMUL)
 def lower_matmul(ctx: LowerContext, node: NodeDesc) -> None:
     at = node.attrs
@@ -152,6 +165,8 @@ def lower_matmul(ctx: LowerContext, node: NodeDesc) -> None:
             b = keep_cast_apart(ctx, b)
     if cuda_mma_guard(ctx.policy, a.elem, b.elem):
         ctx.mma_results.add(at.c_uid)   # see the module docstring; used in lowering/_lower.py
+        if _is_transpose(em, a):
+            a = propagation_barrier(em, a)   # issue 49: see _is_transpose
     rank = len(out_shape)
     init = em.filled(out_shape, acc, 0.0)
     if rank == 2 or (rank == 3 and a.shape[:-2] == b.shape[:-2] == out_shape[:-2]):
