@@ -10,16 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import hipdnn_iree.cudnn as cudnn  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def handle():
-    h = cudnn.create_handle(device="cpu")
-    yield h
-    cudnn.destroy_handle(h)
-
-
-from test_cudnn_facade import _build  # noqa: E402  (cuDNN FE's five build steps; returns a workspace)
+from test_cudnn_facade import _build, handle  # noqa: E402,F401  (the facade's CPU handle; FE's five build steps)
 
 
 def _rope_graph(handle, x1, x2, cos1, cos2, sin1, sin2):

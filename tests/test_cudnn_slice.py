@@ -11,16 +11,7 @@ torch = pytest.importorskip("torch")
 
 import hipdnn_iree as hd  # noqa: E402
 import hipdnn_iree.cudnn as cudnn  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def handle():
-    h = cudnn.create_handle(device="cpu")
-    yield h
-    cudnn.destroy_handle(h)
-
-
-from test_cudnn_facade import _build  # noqa: E402  (cuDNN FE's five build steps; returns a workspace)
+from test_cudnn_facade import _build, handle  # noqa: E402,F401  (the facade's CPU handle; FE's five build steps)
 
 
 def test_matmul_of_slices_like_test_slice(handle, rng):
