@@ -211,6 +211,22 @@ def _act64(name, t):
 
 
 # -- graphs and references --------------------------------------------------------------------------
+def _epilogue(gr, y, ref, steps, bias_dims, dt, ins, rng):
+    """The pointwise chain after a contraction: a bias (uid 3, broadcast over ``bias_dims``) then the
+    activations, in the graph and on the float64 reference alike."""
+    torch = _torch()
+    if "bias" in steps:
+        ba = _array(rng, bias_dims, _contig(bias_dims), dt)
+        y = gr.pointwise(y, gr.tensor(name="bias", uid=3, dim=bias_dims), mode=hd.PointwiseMode.ADD)
+        ins[3] = ba
+        ref = ref + torch.from_numpy(_f64(ba))
+    for e in steps:
+        if e in ACTS:
+            y = gr.pointwise(y, mode=ACTS[e])
+            ref = _act64(e, ref)
+    return y, ref
+
+
 def build_conv(cs, rng):
     """(graph, inputs, outputs {uid: array}, reference {uid: float64 array}, reduction length)."""
     torch = _torch()
@@ -230,16 +246,7 @@ def build_conv(cs, rng):
         y = gr.conv_fprop(x, w, **kw)
         ins = {1: xa, 2: wa}
         ref = getattr(torch.nn.functional, fn)(torch.from_numpy(_f64(xa)), torch.from_numpy(_f64(wa)), **tkw)
-        if "bias" in cs["epilogue"]:
-            bd = [1, k] + [1] * len(sp)
-            ba = _array(rng, bd, _contig(bd), dt)
-            y = gr.pointwise(y, gr.tensor(name="bias", uid=3, dim=bd), mode=hd.PointwiseMode.ADD)
-            ins[3] = ba
-            ref = ref + torch.from_numpy(_f64(ba))
-        for e in cs["epilogue"]:
-            if e in ACTS:
-                y = gr.pointwise(y, mode=ACTS[e])
-                ref = _act64(e, ref)
+        y, ref = _epilogue(gr, y, ref, cs["epilogue"], [1, k] + [1] * len(sp), dt, ins, rng)
         red = (c // g) * math.prod(r)
         outd, out_uid = yd, 9
     elif cs["op"] == "dgrad":
@@ -282,15 +289,7 @@ def build_matmul(cs, rng):
     y = gr.matmul(a, bt)
     ins = {1: aa, 2: ba_}
     ref = torch.matmul(torch.from_numpy(_f64(aa)), torch.from_numpy(_f64(ba_)))
-    if "bias" in cs["epilogue"]:
-        bias = _array(rng, [1, 1, n], [n, n, 1], out_dt)
-        y = gr.pointwise(y, gr.tensor(name="bias", uid=3, dim=[1, 1, n]), mode=hd.PointwiseMode.ADD)
-        ins[3] = bias
-        ref = ref + torch.from_numpy(_f64(bias))
-    for e in cs["epilogue"]:
-        if e in ACTS:
-            y = gr.pointwise(y, mode=ACTS[e])
-            ref = _act64(e, ref)
+    y, ref = _epilogue(gr, y, ref, cs["epilogue"], [1, 1, n], out_dt, ins, rng)
     so = _mat_strides(b, m, n, cs["out_layout"])
     y.set_output(True).set_uid(9).set_stride(so)
     return gr, ins, {9: _out([b, m, n], so, out_dt)}, {9: ref.numpy()}, {9: (out_dt, k)}
