@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (no IREE compiler, no network): install the carried runtime wheels,
 # then the correctness matrix and the benchmark over plans compiled on the build machine.
-# Usage: bash benchmarks/gpu_run.sh [tests|newtests|blocks|fe|sbs|fuzz|kernels|fleet|all]   (results go to $OUT or ./gpu_results)
+# Usage: bash benchmarks/gpu_run.sh [tests|newtests|blocks|fe|sbs|fuzz|cases|kernels|fleet|setup|all]   (results go to $OUT or ./gpu_results)
 # all = tests, blocks, sbs. benchmarks/README.md says what each mode runs and reports.
 # tests/newtests need the IREE compiler there too: .gpu/iree_compiler.tar.xz (iree-base-compiler's
 # wheel unpacked, libIREECompiler.so stripped), unpacked beside the runtime; .whl also carries the
@@ -97,5 +97,24 @@ if [ "$what" = fleet ]; then
     python3 benchmarks/fleet_autotune.py --target "${FLEET_TARGET:-cuda:sm_90}" --device cuda \
         --json "$OUT/fleet_autotune.json" > "$OUT/fleet_autotune.txt" 2>&1
     echo "fleet_autotune rc=$?"; tail -8 "$OUT/fleet_autotune.txt"
+fi
+if [ "$what" = cases ]; then
+    # the issue-49 cases (grouped half-precision convs, odd-shaped matmuls in 9 layouts, NaN diagnostics) through
+    # the cuDNN facade with torch CUDA tensors, in CASES_JOBS parallel shards
+    n=${CASES_JOBS:-4}
+    for s in $(seq 1 "$n"); do
+        python3 benchmarks/facade_cases.py --device cuda --target "${FUZZ_TARGET:-cuda:sm_80}" --shard "$s/$n" \
+            --json "$OUT/cases_$s.json" > "$OUT/cases_$s.txt" 2>&1 &
+    done
+    # the same cases without the two CUDA workarounds (known issues 10, 11): the faults, measured beside the fix
+    m=${CASES_UNFIXED_JOBS:-2}
+    for s in $(seq 1 "$m"); do
+        python3 benchmarks/facade_cases.py --device cuda --target "${FUZZ_TARGET:-cuda:sm_80}" --shard "$s/$m" \
+            --without-workarounds --json "$OUT/cases_unfixed_$s.json" > "$OUT/cases_unfixed_$s.txt" 2>&1 &
+    done
+    wait
+    python3 -c "import json,sys; r=[x for f in sys.argv[1:] for x in json.load(open(f))['results']]; print({s: sum(x['status']==s for x in r) for s in ('right','WRONG','refused','error')}); [print(x['status'], x['case'], x.get('err'), x.get('bad_fraction'), x.get('nan'), x.get('why','')[:200]) for x in r if x['status']!='right']" "$OUT"/cases_[0-9]*.json
+    echo "--- without the workarounds"
+    python3 -c "import json,sys; r=[x for f in sys.argv[1:] for x in json.load(open(f))['results']]; print({s: sum(x['status']==s for x in r) for s in ('right','WRONG','refused','error')}); [print(x['status'], x['case'], x.get('err'), x.get('bad_fraction'), x.get('nan')) for x in r if x['status']!='right']" "$OUT"/cases_unfixed_*.json
 fi
 # (further modes, e.g. a GPU fuzzer's, go here; benchmarks/README.md lists them)

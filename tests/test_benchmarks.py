@@ -235,3 +235,18 @@ def test_fleet_compile_runs_tiny(tmp_path):
     assert s["restored"] == 2 and s["fetched"] == 2 and s["compiler_loaded"] is False
     assert _longest_number_list(res) <= MAX_LIST
     assert "| Ray workers |" in run.stdout
+
+
+def test_facade_cases_runs_tiny_on_the_cpu(tmp_path):
+    """benchmarks/facade_cases.py --device cpu --tiny: the tiny grouped convs (NCHW/NHWC, 3x3/1x1) and the
+    tiny matmul in 9 layouts plus the NaN diagnostics, through the facade, all right against float64 torch."""
+    import subprocess
+    import sys
+    pytest.importorskip("torch")
+    out = tmp_path / "cases.json"
+    run = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "facade_cases.py"), "--device", "cpu",
+                          "--tiny", "--json", str(out)], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["summary"] == {"total": 20, "right": 20, "WRONG": 0, "refused": 0, "error": 0}
+    assert {r["diag"] for r in res["results"]} == {None, "b_tail_nan", "a_tail_nan", "y_prefill_nan"}
