@@ -42,6 +42,10 @@ class LoweringPolicy:
         conv_split_groups: grouped (not depthwise) conv_fprop and conv_wgrad in the channels-first
             form as one ungrouped conv per group (CUDA). Correctness, not speed: IREE 3.13's CUDA code
             for the grouped form is wrong in f16/bf16 (issue 49; docs/known_issues.md 10): never a knob.
+        conv_as_gemm: f16/bf16 conv_fprop, conv_dgrad and conv_wgrad (their shared correlation) as a
+            gathered input matrix times the filter, one batched matmul over the groups (CUDA; static
+            shapes). Correctness: IREE 3.13's CUDA code for its own convolutions was wrong on random
+            shapes where its matmul was right (issue 49; docs/known_issues.md 10): never a knob.
         lift_1d: 1-D convs lifted to 2-D named ops.
         conv_acc_operands: conv operands converted to the accumulator type before the conv op (set
             with IREE's CPU im2col pass on f16/bf16 convs, which it cannot otherwise compile).
@@ -72,6 +76,7 @@ class LoweringPolicy:
     grouped_channels_last: bool = True
     grouped_split_max: int = 64
     conv_split_groups: bool = False
+    conv_as_gemm: bool = False
     lift_1d: bool = True
     conv_acc_operands: bool = False
     cuda_mma_barriers: bool = False
@@ -85,7 +90,8 @@ class LoweringPolicy:
         cpu = target.startswith("llvm-cpu")
         return cls(target=target, sdpa_fused=not cpu, conv_channels_last=cpu, conv3d_as_2d=cpu,
                    dgrad_channels_last=cpu, wgrad_channels_last=cpu, grouped_channels_last=cpu,
-                   cuda_mma_barriers=target.startswith("cuda"), conv_split_groups=target.startswith("cuda"))
+                   cuda_mma_barriers=target.startswith("cuda"), conv_split_groups=target.startswith("cuda"),
+                   conv_as_gemm=target.startswith("cuda"))
 
     @property
     def is_cpu(self) -> bool:

@@ -179,13 +179,16 @@ def _mac(em: Emitter, ins: Sequence[Value], acc: str):
 
 
 def _conv(em: Emitter, xp: Value, filt: Value, groups: int, stride: Sequence[int], dilation: Sequence[int],
-          out_sp: Sequence[int], acc: str, split_groups: bool = False) -> Value:
+          out_sp: Sequence[int], acc: str, split_groups: bool = False, gemm: bool = False) -> Value:
     """Correlation of ``xp`` ``[N, C, *window extent]`` (already padded) with ``filt``.
 
     ``filt`` is ``[F, C, *R]`` when ``groups == 1`` and ``[G, F/G, C/G, *R]`` otherwise.
     ``split_groups``: a grouped correlation as one ungrouped named op per group
-    (``LoweringPolicy.conv_split_groups``). Returns ``[N, F, *out_sp]`` in ``acc``.
+    (``LoweringPolicy.conv_split_groups``). ``gemm``: as a gathered matrix times the filter
+    (``LoweringPolicy.conv_as_gemm``, :func:`_conv_gemm`; static shapes). Returns ``[N, F, *out_sp]`` in ``acc``.
     """
+    if gemm and is_static(xp.shape) and is_static(filt.shape):
+        return _conv_gemm(em, xp, filt, groups, stride, dilation, out_sp, acc)
     rank = len(out_sp)
     attrs = _conv_attrs(stride, dilation)
     n = xp.shape[0]
@@ -222,6 +225,72 @@ def _conv(em: Emitter, xp: Value, filt: Value, groups: int, stride: Sequence[int
     return _merge(em, res, 1)
 
 
+def _gemm(policy, *vals: Value) -> bool:
+    """Whether a correlation of ``vals`` takes :func:`_conv_gemm` under ``policy`` (CUDA, f16/bf16 operands)."""
+    return policy.conv_as_gemm and all(v.elem in ("f16", "bf16") for v in vals)
+
+
+def _conv_gemm(em: Emitter, xp: Value, filt: Value, groups: int, stride: Sequence[int], dilation: Sequence[int],
+               out_sp: Sequence[int], acc: str) -> Value:
+    """``_conv`` as a batched matrix product over the groups: the windows of ``xp`` gathered into
+    ``col [G, N*O, Cg*R]`` (one copy), times the filter as ``[G, Cg*R, Fg]``, with the reduction zero-padded
+    to a multiple of 16 (:func:`lowering.ops.matmul.pad_reduction`); then ``[N, F, *out_sp]``.
+
+    NOTE: the CUDA f16/bf16 form (``LoweringPolicy.conv_as_gemm``). IREE 3.13's CUDA code for its own
+    convolutions (named and generic, any layout) gave wrong numbers for random shapes (H100/H200,
+    issue 49; docs/known_issues.md 10): 1x1 and 1-D kernels, grouped ones, wgrad, 3-D, and NaN where the
+    reduction is padded; some shapes failed to compile. Its batched matmul, with the same padding rule,
+    was right on every random case. The gather costs one copy of the input per filter tap.
+    """
+    from lowering.ops.matmul import pad_reduction
+    rank = len(out_sp)
+    n, c = xp.shape[0], xp.shape[1]
+    if groups == 1:
+        filt = _split(em, filt, 0, (1, filt.shape[0]))               # [1, F, C, *R]
+    g, fg, cg, kern = filt.shape[0], filt.shape[1], filt.shape[2], tuple(filt.shape[3:])
+    # loops: g, n, o..., c, r...  ->  col[g, n, o..., c, r...] = xp[n, g*Cg + c, o*stride + r*dilation]
+    d = [f"d{i}" for i in range(2 + rank + 1 + rank)]
+    dg, dn, do, dc, dr = d[0], d[1], d[2:2 + rank], d[2 + rank], d[3 + rank:]
+    dom = f"({', '.join(d)})"
+    chan = f"{dg} * {cg} + {dc}" if g > 1 else dc
+    xmap = f"affine_map<{dom} -> ({dn}, {chan}, " + ", ".join(
+        _window(do[i], dr[i], stride[i], dilation[i]) for i in range(rank)) + ")>"
+    col_shape = (g, n, *out_sp, cg, *kern)
+    ident = f"affine_map<{dom} -> ({', '.join(d)})>"
+    col = em.generic([(xp, xmap)], col_shape, xp.elem, ["parallel"] * len(d), ident, lambda a: a[0])
+    rows, red = n * _prod(out_sp), cg * _prod(kern)
+    col = _collapse(em, col, [[0], list(range(1, 2 + rank)), list(range(2 + rank, 3 + 2 * rank))], (g, rows, red))
+    w2 = _collapse(em, filt, [[0], [1], list(range(2, 3 + rank))], (g, fg, red))
+    w2 = em.transpose(w2, [0, 2, 1])                                   # [G, Cg*R, Fg]
+    col, w2 = pad_reduction(em, col, w2)
+    mm_shape = (g, rows, fg)
+    init = em.filled(mm_shape, acc, 0.0)
+    t = tensor_type(mm_shape, acc)
+    res = em.op(f"linalg.batch_matmul ins({col.ssa}, {w2.ssa} : {col.type}, {w2.type}) outs({init} : {t}) -> {t}", "mm")
+    res = Value(res, mm_shape, acc)
+    # [G, N*O, Fg] -> [G, N, *O, Fg] -> [N, G, Fg, *O] -> [N, F, *O]
+    full = (g, n, *out_sp, fg)
+    groups_ = "[[0], [" + _ints(list(range(1, 2 + rank))) + "], [" + str(2 + rank) + "]]"
+    name = em.op(f"tensor.expand_shape {res.ssa} {groups_} output_shape [{_ints(full)}] "
+                 f": {res.type} into {tensor_type(full, acc)}", "r")
+    res = em.transpose(Value(name, full, acc), [1, 0, 2 + rank, *range(2, 2 + rank)])
+    return _merge(em, res, 1)
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def _collapse(em: Emitter, v: Value, groups: list, shape: tuple) -> Value:
+    """``tensor.collapse_shape`` of ``v`` by the reassociation ``groups`` into ``shape``."""
+    reassoc = "[" + ", ".join("[" + _ints(gr) + "]" for gr in groups) + "]"
+    name = em.op(f"tensor.collapse_shape {v.ssa} {reassoc} : {v.type} into {tensor_type(shape, v.elem)}", "r")
+    return Value(name, tuple(shape), v.elem)
+
+
 def _conv_split(em: Emitter, xp: Value, filt: Value, groups: int, stride: Sequence[int], dilation: Sequence[int],
                 out_sp: Sequence[int], acc: str) -> Value:
     """``_conv`` of a grouped correlation as ``groups`` ungrouped ones on channel slices of ``xp`` and on
@@ -234,6 +303,12 @@ def _conv_split(em: Emitter, xp: Value, filt: Value, groups: int, stride: Sequen
     """
     n, cg = xp.shape[0], xp.shape[1] // groups
     fg = filt.shape[1]
+    # NOTE: a channels-last filter binding reaches here through a transpose, which IREE 3.13 folds into
+    # each slice's conv (filter read as [F, *R, C], reduction loops (*r, c) over a channels-first input);
+    # that CUDA f16/bf16 form is wrong too (H200, issue 49: NHWC fprop 47-99% of the outputs off, NCHW
+    # right). Behind the barrier the transpose is a dispatch of its own and each conv has the NCHW form.
+    from lowering.ops.matmul import propagation_barrier
+    filt = propagation_barrier(em, filt)
     out_shape = (n, groups * fg, *out_sp)
     t_out = tensor_type(out_shape, acc)
     out = em.empty(out_shape, acc)
@@ -589,7 +664,7 @@ def lower_conv_fprop(ctx: LowerContext, node: NodeDesc) -> None:
     xp = _place(em, x, p.pre, [1] * p.rank, extent)
     filt = w if groups == 1 else _split(em, w, 0, (groups, w.shape[0] // groups))
     ctx.define(at.y_uid, _conv(em, xp, filt, groups, p.stride, p.dilation, out_sp, acc,
-                                pol.conv_split_groups and w.shape[1] > 1))
+                                pol.conv_split_groups and w.shape[1] > 1, gemm=_gemm(pol, xp, filt)))
 
 
 def _conv_dynamic_spatial(node: NodeDesc, em: Emitter, x: Value, w: Value, groups: int, p: ConvParams,
@@ -685,7 +760,8 @@ def lower_conv_dgrad(ctx: LowerContext, node: NodeDesc) -> None:
         unit = ConvParams(pre=(0,) * p.rank, post=(0,) * p.rank, stride=(1,) * p.rank, dilation=p.dilation)
         ctx.define(at.x_uid, _conv_channels_last(em, z, filt, 1, unit, dx_dims[2:], acc))
         return
-    ctx.define(at.x_uid, _conv(em, z, filt, groups, [1] * p.rank, p.dilation, dx_dims[2:], acc))
+    ctx.define(at.x_uid, _conv(em, z, filt, groups, [1] * p.rank, p.dilation, dx_dims[2:], acc,
+                               gemm=_gemm(ctx.policy, z, filt)))
 
 
 @register_lowering(OpKind.CONV_WGRAD)
@@ -721,5 +797,5 @@ def lower_conv_wgrad(ctx: LowerContext, node: NodeDesc) -> None:
         ctx.define(at.w_uid, em.transpose(res, [1, 0, *sp]))
         return
     res = _conv(em, xs, filt, groups, p.dilation, p.stride, kern, acc,      # [Cg, K, *R]
-                ctx.policy.conv_split_groups and dw_dims[1] > 1)
+                ctx.policy.conv_split_groups and dw_dims[1] > 1, gemm=_gemm(ctx.policy, xs, filt))
     ctx.define(at.w_uid, em.transpose(res, [1, 0, *sp]))

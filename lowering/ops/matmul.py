@@ -19,7 +19,7 @@ FP8/FP4 operands on GPU targets contract as f16 (exact) with f32 accumulation: `
 from __future__ import annotations
 
 from lowering._context import LowerContext
-from lowering._emit import FLOAT_TYPES, Value, dyn_operands
+from lowering._emit import FLOAT_TYPES, Value, dyn_operands, is_static
 from graph_ir._fbs.graph_generated import PointwiseMode
 from graph_ir._fbs.graph_generated import DataType
 from lowering._registry import register_lowering
@@ -142,6 +142,30 @@ def _is_transpose(em, v: Value) -> bool:
     return any(line.lstrip().startswith(head) for line in reversed(em.lines))
 
 
+MMA_K = 16   # the K of the f16/bf16 mma.sync intrinsic IREE 3.13 uses on CUDA (NV_MMA_SYNC_F32_16x8x16_*)
+
+
+def pad_reduction(em, a: Value, b: Value) -> tuple[Value, Value]:
+    """``a [.., M, K]`` and ``b [.., K, N]`` zero-padded along K to a multiple of :data:`MMA_K`.
+
+    NOTE: measured on an H200 (IREE 3.13, sm_80 PTX; issue 49, docs/known_issues.md 12): when K is not a
+    multiple of 16, IREE's TileAndFuse pipeline pads the reduction to a multiple of its K tile and fills
+    B's padding from the memory after B's rows (multiplied by A's zero padding). That is right while
+    that memory holds finite numbers and NaN otherwise: a row-major B followed by NaN made every output
+    of the last batch NaN, and the few NaNs seen at random came from whatever followed the caller's B.
+    With K a multiple of 16, IREE's K tile (a divisor of K / 16 intrinsics) leaves nothing to pad. The
+    padded copies are dispatches of their own (IREE does not fuse a pad into its consumer by default).
+    Static shapes only."""
+    k = a.shape[-1]
+    if not (is_static(a.shape) and is_static(b.shape)) or k % MMA_K == 0:
+        return a, b
+    kp = -(-k // MMA_K) * MMA_K
+    ra, rb = len(a.shape), len(b.shape)
+    a = em.zero_pad(a, [0] * ra, [0] * (ra - 1) + [kp - k], (*a.shape[:-1], kp))
+    b = em.zero_pad(b, [0] * rb, [0] * (rb - 2) + [kp - k, 0], (*b.shape[:-2], kp, b.shape[-1]))
+    return a, b
+
+
 @register_lowering(OpKind.MATMUL)
 def lower_matmul(ctx: LowerContext, node: NodeDesc) -> None:
     at = node.attrs
@@ -167,6 +191,7 @@ def lower_matmul(ctx: LowerContext, node: NodeDesc) -> None:
         ctx.mma_results.add(at.c_uid)   # see the module docstring; used in lowering/_lower.py
         if _is_transpose(em, a):
             a = propagation_barrier(em, a)   # issue 49: see _is_transpose
+        a, b = pad_reduction(em, a, b)
     rank = len(out_shape)
     init = em.filled(out_shape, acc, 0.0)
     if rank == 2 or (rank == 3 and a.shape[:-2] == b.shape[:-2] == out_shape[:-2]):
