@@ -261,13 +261,25 @@ def _conv_gemm(em: Emitter, xp: Value, filt: Value, groups: int, stride: Sequenc
     rows, red = n * _prod(out_sp), cg * _prod(kern)
     col = _collapse(em, col, [[0], list(range(1, 2 + rank)), list(range(2 + rank, 3 + 2 * rank))], (g, rows, red))
     w2 = _collapse(em, filt, [[0], [1], list(range(2, 3 + rank))], (g, fg, red))
-    w2 = em.transpose(w2, [0, 2, 1])                                   # [G, Cg*R, Fg]
-    col, w2 = pad_reduction(em, col, w2)
-    mm_shape = (g, rows, fg)
+    if rows == 1:
+        # NOTE: IREE 3.13 fails to compile some CUDA f16 batch_matmuls with M = 1 ("LLVM Translation failed":
+        # e.g. 1x16 times 16x19); the transposed product [G, Fg, K] x [G, K, 1] (N = 1) compiles
+        lhs, rhs = w2, _split(em, _collapse(em, col, [[0], [1, 2]], (g, red)), 1, (red, 1))
+        mm_shape = (g, fg, 1)
+    else:
+        lhs, rhs = col, em.transpose(w2, [0, 2, 1])                    # [G, N*O, Cg*R] x [G, Cg*R, Fg]
+        mm_shape = (g, rows, fg)
+    lhs, rhs = pad_reduction(em, lhs, rhs)
     init = em.filled(mm_shape, acc, 0.0)
     t = tensor_type(mm_shape, acc)
-    res = em.op(f"linalg.batch_matmul ins({col.ssa}, {w2.ssa} : {col.type}, {w2.type}) outs({init} : {t}) -> {t}", "mm")
-    res = Value(res, mm_shape, acc)
+    res = em.op(f"linalg.batch_matmul ins({lhs.ssa}, {rhs.ssa} : {lhs.type}, {rhs.type}) outs({init} : {t}) -> {t}", "mm")
+    # NOTE: without the barrier IREE fuses the relayout below into the matmul's dispatch: the transposed-output
+    # form that is wrong on CUDA (lowering/ops/matmul.py) and, with Fg = 1, fails to compile ("LLVM
+    # Translation failed": depthwise and other one-filter-per-group convs; H100, issue 49)
+    from lowering.ops.matmul import propagation_barrier
+    res = propagation_barrier(em, Value(res, mm_shape, acc))
+    if rows == 1:
+        res = _split(em, _collapse(em, res, [[0], [1, 2]], (g, fg)), 1, (1, fg))   # [G, 1, Fg]
     # [G, N*O, Fg] -> [G, N, *O, Fg] -> [N, G, Fg, *O] -> [N, F, *O]
     full = (g, n, *out_sp, fg)
     groups_ = "[[0], [" + _ints(list(range(1, 2 + rank))) + "], [" + str(2 + rank) + "]]"
