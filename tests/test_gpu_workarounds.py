@@ -6,6 +6,12 @@ faulty form), and the IR with the workaround still gives the reference's numbers
    a transpose into a matmul (output relayouts, sdpa's V).
 2. f16/bf16 NCHW conv_fprop on CUDA: the channels-last preprocessing pass.
 3. f16/bf16 strided conv_dgrad on CUDA: no channels-last pass for dgrad-only graphs.
+10. f16/bf16 convs on CUDA: a gathered matrix times the filter (one batched matmul over the groups), not
+   IREE's conv code; with that form off (ROCm, f32), grouped fprop/wgrad split per group.
+12. f16/bf16 matmuls on CUDA: the reduction zero-padded to a multiple of 16.
+
+2, 3 and the split of 10 are checked with the GEMM form of 10 turned off (``_gemm_disabled``): on CUDA
+they now apply to f32 convs, and to what ROCm gets.
 """
 import re
 
@@ -256,7 +262,16 @@ def _conv_dispatches(g):
     return re.findall(r"func.func @main_dispatch_\d+_(conv_[0-9x]+)_", _flow(lower(data, target=CUDA).mlir, flags))
 
 
-def test_conv_forms_iree_compiles():
+def _gemm_disabled(monkeypatch):
+    """The CUDA lowering without the GEMM form of conv (docs/known_issues.md 10): IREE's own conv forms."""
+    from lowering import policy
+    real = policy.LoweringPolicy.for_target.__func__
+    monkeypatch.setattr(policy.LoweringPolicy, "for_target",
+                        classmethod(lambda cls, t: real(cls, t).with_(conv_as_gemm=False)))
+
+
+def test_conv_forms_iree_compiles(monkeypatch):
+    _gemm_disabled(monkeypatch)
     """fprop becomes IREE's channels-last conv (output [.., h, w, f]; the NCHW form [.., f, h, w] is the
     faulty one); dgrad-only graphs keep the NCHW form that is right for them."""
     assert _conv_dispatches(_conv_graph(["fprop"])) == ["conv_16x16x64x3x3x32"]
@@ -290,7 +305,7 @@ def _split_disabled(monkeypatch):
     from lowering import policy
     real = policy.LoweringPolicy.for_target.__func__
     monkeypatch.setattr(policy.LoweringPolicy, "for_target",
-                        classmethod(lambda cls, t: real(cls, t).with_(conv_split_groups=False)))
+                        classmethod(lambda cls, t: real(cls, t).with_(conv_split_groups=False, conv_as_gemm=False)))
 
 
 @pytest.mark.parametrize("op", ["fprop", "wgrad"])
@@ -302,6 +317,7 @@ def test_grouped_conv_reaches_iree_as_ungrouped_channels_last_convs(op, layout, 
     def conv_dispatches(g):
         return re.findall(r"func.func @main_dispatch_\d+_(conv_[0-9x]+)_", _flow(lower(_bytes(g), target=CUDA).mlir,
                                                                                  GPU_CONV_FLAGS))
+    _gemm_disabled(monkeypatch)
     _, (g, *_rest) = _grouped_conv(op, layout=layout)
     found = conv_dispatches(g)
     # loops (n, oh, ow, f, ...) for fprop and (c, kh, kw, k, ...) for wgrad (a correlation of x with dy)
@@ -312,7 +328,8 @@ def test_grouped_conv_reaches_iree_as_ungrouped_channels_last_convs(op, layout, 
     assert len(conv_dispatches(g)) == 1                                   # the grouped form, one dispatch
 
 
-def test_split_rule():
+def test_split_rule(monkeypatch):
+    _gemm_disabled(monkeypatch)
     from lowering.policy import LoweringPolicy as P
     assert P.for_target(CUDA).conv_split_groups
     assert not P.for_target("rocm:gfx942").conv_split_groups and not P.for_target("llvm-cpu:host").conv_split_groups
@@ -329,16 +346,160 @@ def test_cuda_grouped_conv_ir_is_right_on_the_cpu(op, dt, rank):
     """The module CUDA gets for grouped convs (split per group), compiled for this CPU, against float64."""
     import fuzz_ops
     cs, (g, ins, outs, refs, meta) = _grouped_conv(op, dt, rank=rank, g=3)
-    mlir = lower(_bytes(g), target=CUDA).mlir
-    assert "tensor.insert_slice" in mlir
-    args = [np.ascontiguousarray(ins[u]) if cs["layout"] == "first" else ins[u] for u in sorted(ins)]
     h = hd.create_handle(device="local-task", target="llvm-cpu:host", cache=False)
     from lowering import policy
     real = policy.LoweringPolicy.for_target.__func__
     mp = pytest.MonkeyPatch()
-    try:   # the CUDA lowering's forms on this CPU: split groups, channels-first convs
+    try:   # the CUDA lowering's forms on this CPU: split groups, channels-first convs (GEMM form off)
         mp.setattr(policy.LoweringPolicy, "for_target", classmethod(
-            lambda cls, t: real(cls, CUDA).with_(target=t, cuda_mma_barriers=False)))
+            lambda cls, t: real(cls, CUDA).with_(target=t, cuda_mma_barriers=False, conv_as_gemm=False)))
+        assert "tensor.insert_slice" in lower(_bytes(g), target=CUDA).mlir
+        r = fuzz_ops.run_case(cs, h)
+    finally:
+        mp.undo()
+    assert r["status"] == "right", r
+
+
+# -- 10: f16/bf16 convs on CUDA as a gathered matrix times the filter --------------------------------
+# The fuzzer's convs that were wrong (21; H100, before the GEMM form) or failed to compile (5; H100, the
+# first GEMM form) on the GPU: (op, n, c, k, groups, spatial, r, stride, dilation, padding, dt, layout,
+# epilogue, seed); docs/gpu_results/fuzz_cuda_convs_matmuls_h100.json
+GPU_FAILED_CONVS = [
+    ["wgrad",1,288,112,4,[30,14],[2,2],[1,2],[1,1],[0,1],"f16","last",[],110000334],  # WRONG
+    ["fprop",4,12,36,3,[6],[1],[1],[1],[1],"bf16","last",[],110000375],  # WRONG
+    ["wgrad",2,76,12,1,[1,5],[5,1],[3,3],[1,2],[3,1],"f16","last",[],111000397],  # WRONG
+    ["wgrad",1,24,204,3,[70],[3],[3],[1],[1],"f16","first",[],111000431],  # WRONG
+    ["fprop",1,16,144,2,[4,27],[3,1],[3,2],[1,2],[0,0],"f16","first",["bias"],111000443],  # WRONG
+    ["wgrad",1,204,48,3,[49],[2],[3],[2],[0],"f16","first",[],111000453],  # WRONG
+    ["fprop",4,228,15,3,[3],[1],[1],[1],[0],"bf16","first",["bias","gelu"],111000464],  # WRONG
+    ["wgrad",4,64,12,1,[8],[1],[3],[2],[0],"f16","last",[],112000410],  # WRONG
+    ["wgrad",2,47,94,47,[1,6,10],[3,1,1],[3,1,3],[1,2,1],[2,1,0],"bf16","last",[],112000432],  # WRONG
+    ["fprop",2,16,72,1,[1,17],[3,5],[3,1],[1,1],[1,2],"f16","first",["gelu"],102000383],  # error
+    ["fprop",2,16,96,2,[55],[1],[2],[2],[1],"bf16","last",[],102000389],  # WRONG
+    ["fprop",1,36,16,1,[6,11,2],[3,5,3],[1,1,1],[1,2,1],[2,2,2],"f16","first",["gelu"],102000438],  # WRONG
+    ["fprop",4,84,27,3,[44],[1],[1],[2],[0],"bf16","first",["bias"],103000333],  # WRONG
+    ["fprop",2,24,36,1,[1,3,6],[3,3,3],[3,1,1],[1,1,2],[2,0,3],"bf16","first",["bias","relu"],103000376],  # error
+    ["fprop",2,276,240,3,[96],[1],[2],[2],[1],"f16","first",["bias"],103000415],  # WRONG
+    ["dgrad",2,22,4,1,[55],[1],[1],[1],[0],"f16","first",[],105000362],  # WRONG
+    ["fprop",1,40,16,1,[20,20],[2,3],[1,3],[1,2],[0,3],"f16","first",[],107000345],  # WRONG
+    ["fprop",4,544,320,8,[12,25],[1,1],[1,3],[2,1],[0,0],"bf16","first",[],107000411],  # WRONG
+    ["fprop",2,52,24,1,[2,3,8],[1,3,1],[1,1,1],[1,1,1],[1,0,0],"bf16","first",["gelu"],107000412],  # WRONG
+    ["fprop",4,24,24,1,[5,3,5],[5,5,3],[1,3,1],[1,2,2],[2,5,1],"bf16","first",[],107000418],  # WRONG
+    ["fprop",2,92,64,1,[5,1,12],[1,3,1],[1,1,2],[1,1,2],[0,2,1],"bf16","first",["bias","gelu"],108000435],  # WRONG
+    ["dgrad",1,57,12,3,[1],[3],[2],[1],[2],"f16","first",[],313001000],  # error
+    ["dgrad",1,3,3,3,[2,2,7],[1,2,2],[2,3,1],[1,1,2],[1,1,2],"bf16","last",[],314001012],  # error
+    ["fprop",1,2,2,2,[27,3],[2,3],[3,1],[1,1],[0,1],"bf16","last",["bias","gelu"],302000995],  # error
+    ["fprop",2,18,18,18,[27],[3],[3],[2],[0],"bf16","last",["tanh"],303000925],  # error
+    ["fprop",1,21,21,21,[1,4],[2,1],[2,1],[1,1],[1,1],"bf16","last",[],306000995],  # error
+]
+_CONV_KEYS = ("op", "n", "c", "k", "g", "spatial", "r", "stride", "dilation", "padding", "dt", "layout", "epilogue", "seed")
+
+
+def _fuzz_conv(row):
+    return {"kind": "conv", "size": "large", **dict(zip(_CONV_KEYS, row))}
+
+
+def _cuda_forms_on_cpu(mp, barriers=False):
+    """The CUDA lowering's forms for builds on this CPU (``barriers``: the mma guards too, with the K padding
+    they bring; the barriers themselves change nothing there)."""
+    from lowering import policy
+    real = policy.LoweringPolicy.for_target.__func__
+    mp.setattr(policy.LoweringPolicy, "for_target", classmethod(
+        lambda cls, t: real(cls, CUDA).with_(target=t, cuda_mma_barriers=barriers)))
+
+
+def _dispatches(g, flags=()):
+    return re.findall(r"func.func @main_dispatch_\d+_(\w+)", _flow(lower(_bytes(g), target=CUDA).mlir, flags))
+
+
+@pytest.mark.parametrize("row", GPU_FAILED_CONVS[:21:4] + GPU_FAILED_CONVS[21:], ids=lambda r: f"{r[0]}-g{r[4]}-{r[10]}")
+def test_cuda_convs_reach_iree_as_batch_matmuls(row):
+    """No conv dispatch: a gather, the filter relayout and one batch_matmul with K a multiple of 16;
+    the same convs in f32 keep IREE's conv forms."""
+    import fuzz_ops
+    cs = _fuzz_conv(row)
+    found = _dispatches(fuzz_ops.build_conv(cs, np.random.default_rng(0))[0])
+    assert not [d for d in found if d.startswith("conv")], found
+    mms = [re.match(r"batch_matmul_(\d+)x(\d+)x(\d+)x(\d+)_", d) for d in found if d.startswith("batch_matmul")]
+    assert len(mms) == 1 and int(mms[0].group(4)) % 16 == 0, found
+    f32 = _dispatches(fuzz_ops.build_conv({**cs, "dt": "f32"}, np.random.default_rng(0))[0])
+    assert not [d for d in f32 if d.startswith("batch_matmul")], f32
+
+
+def test_gpu_failed_convs_build_for_cuda():
+    """The five that failed to compile (M = 1, and Fg = 1 with the output relayout fused) build now."""
+    import fuzz_ops
+    h = hd.create_handle(device=None, target=CUDA, cache=False)
+    for row in GPU_FAILED_CONVS[21:]:
+        fuzz_ops.build_conv(_fuzz_conv(row), np.random.default_rng(0))[0].build(h)
+
+
+@pytest.mark.parametrize("part", [0, 1])
+def test_cuda_conv_gemm_ir_is_right_on_the_cpu(part):
+    """Every conv the GPU got wrong or failed on, and 30 random ones, in the CUDA lowering's form (GEMM)
+    built for this CPU, against float64."""
+    import fuzz_ops
+    rows = GPU_FAILED_CONVS[part::2]
+    cases = [_fuzz_conv(r) for r in rows] + [fuzz_ops.gen_case(7000 + 2 * i + part, "conv", "small") for i in range(15)]
+    h = hd.create_handle(device="local-task", target="llvm-cpu:host", cache=False)
+    mp = pytest.MonkeyPatch()
+    try:
+        _cuda_forms_on_cpu(mp)
+        assert "linalg.batch_matmul" in lower(_bytes(fuzz_ops.build_conv(cases[0], np.random.default_rng(0))[0]),
+                                              target=CUDA).mlir
+        bad = [(fuzz_ops.describe(c), r) for c in cases for r in [fuzz_ops.run_case(c, h)] if r["status"] != "right"]
+    finally:
+        mp.undo()
+    assert bad == []
+
+
+# -- 12: the reduction of f16/bf16 matmuls on CUDA zero-padded to a multiple of 16 ----------------------
+def _matmul_case(k, dt="bf16", b=5, m=1232, n=1296):
+    import fuzz_ops
+    cs = {"kind": "matmul", "seed": 5, "size": "large", "m": m, "n": n, "k": k, "b": b, "bcast": "none", "dt": dt,
+          "a_layout": "row", "b_layout": "row", "out_layout": "row", "epilogue": []}
+    return cs, fuzz_ops.build_matmul(cs, np.random.default_rng(0))[0]
+
+
+def _k_padding(g) -> list:
+    """The reduction entries of IREE's lowering configs' ``padding`` for ``g``'s CUDA module."""
+    import iree.compiler as ic
+    text = ic.compile_str(lower(_bytes(g), target=CUDA).mlir, target_backends=["cuda"],
+                          extra_args=["--iree-cuda-target=sm_80", "--compile-to=executable-configurations"]).decode()
+    return [int(p.split(",")[-1]) for p in re.findall(r"padding = \[([0-9, ]+)\]", text)]
+
+
+@pytest.mark.parametrize("k", [40, 488, 3256])
+def test_matmul_reduction_padded_to_16_on_cuda(k, monkeypatch):
+    """The issue's K (8 mod 16): the contraction IREE gets has K a multiple of 16, and each K tile IREE picks
+    divides it (nothing past B's end is read); without the padding, IREE pads K itself."""
+    _, g = _matmul_case(k)
+    found = _dispatches(g)
+    kk = [int(d.split("_")[2].split("x")[3]) for d in found if d.startswith("batch_matmul")]
+    assert kk == [-(-k // 16) * 16], found
+    tiles = _k_padding(g)
+    assert tiles and all(kk[0] % t == 0 for t in tiles), tiles
+    monkeypatch.setattr(mm_lowering, "pad_reduction", lambda em, a, b: (a, b))
+    assert any(k % t for t in _k_padding(g))                      # the form that read past B
+
+
+def test_no_reduction_padding_where_not_needed():
+    for k, dt in ((48, "bf16"), (40, "f32")):
+        _, g = _matmul_case(k, dt, b=2, m=64, n=64)
+        assert "tensor.pad" not in lower(_bytes(g), target=CUDA).mlir
+    _, g = _matmul_case(40, b=2, m=64, n=64)
+    assert "tensor.pad" not in lower(_bytes(g, "rocm:gfx942"), target="rocm:gfx942").mlir
+
+
+@pytest.mark.parametrize("k", [8, 40, 133])
+def test_cuda_matmul_with_padded_reduction_is_right_on_the_cpu(k):
+    import fuzz_ops
+    cs, _ = _matmul_case(k, b=3, m=57, n=75)
+    h = hd.create_handle(device="local-task", target="llvm-cpu:host", cache=False)
+    mp = pytest.MonkeyPatch()
+    try:
+        _cuda_forms_on_cpu(mp, barriers=True)
+        assert "tensor.pad" in lower(_bytes(_matmul_case(k, b=3, m=57, n=75)[1]), target=CUDA).mlir
         r = fuzz_ops.run_case(cs, h)
     finally:
         mp.undo()
