@@ -51,6 +51,9 @@ class LoweringPolicy:
             with IREE's CPU im2col pass on f16/bf16 convs, which it cannot otherwise compile).
         cuda_mma_barriers: compute barriers that keep IREE 3.13's CUDA f16/bf16 tensor-core
             miscompile away (docs/known_issues.md). Correctness, not speed: never a knob.
+        mma_pad_reduction: f16/bf16 matmuls' reduction zero-padded to a multiple of 16 (GPU targets):
+            IREE 3.13's TileAndFuse pipeline otherwise pads it from the memory after B (NaN outputs
+            measured on CUDA; docs/known_issues.md 12). Correctness: never a knob.
         tf32_conv: f32 conv operands rounded to TF32 (knob F32_CONV_MATH=TF32; the cuDNN facade's
             default on CUDA, where cuDNN and PyTorch run FLOAT convolutions on TF32 tensor cores).
         dequant_matmul_region: the block_scale_dequantize(s) whose only reader is the matmul lowered
@@ -80,6 +83,7 @@ class LoweringPolicy:
     lift_1d: bool = True
     conv_acc_operands: bool = False
     cuda_mma_barriers: bool = False
+    mma_pad_reduction: bool = False
     tf32_conv: bool = False
     dequant_matmul_region: bool = False
     generated_kernels: str = ""
@@ -91,7 +95,7 @@ class LoweringPolicy:
         return cls(target=target, sdpa_fused=not cpu, conv_channels_last=cpu, conv3d_as_2d=cpu,
                    dgrad_channels_last=cpu, wgrad_channels_last=cpu, grouped_channels_last=cpu,
                    cuda_mma_barriers=target.startswith("cuda"), conv_split_groups=target.startswith("cuda"),
-                   conv_as_gemm=target.startswith("cuda"))
+                   conv_as_gemm=target.startswith("cuda"), mma_pad_reduction=not cpu)
 
     @property
     def is_cpu(self) -> bool:

@@ -484,11 +484,14 @@ def test_matmul_reduction_padded_to_16_on_cuda(k, monkeypatch):
 
 
 def test_no_reduction_padding_where_not_needed():
+    """Aligned K and f32 are not padded; ROCm gets the padding too (the same IREE pipeline pads K there:
+    not measured on an AMD GPU); the CPU does not."""
     for k, dt in ((48, "bf16"), (40, "f32")):
         _, g = _matmul_case(k, dt, b=2, m=64, n=64)
         assert "tensor.pad" not in lower(_bytes(g), target=CUDA).mlir
-    _, g = _matmul_case(40, b=2, m=64, n=64)
-    assert "tensor.pad" not in lower(_bytes(g, "rocm:gfx942"), target="rocm:gfx942").mlir
+    _, g = _matmul_case(37, b=2, m=64, n=64)
+    assert "tensor.pad" in lower(_bytes(g, "rocm:gfx942"), target="rocm:gfx942").mlir
+    assert "tensor.pad" not in lower(_bytes(g, "llvm-cpu:host"), target="llvm-cpu:host").mlir
 
 
 @pytest.mark.parametrize("k", [8, 40, 133])

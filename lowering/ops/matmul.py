@@ -155,7 +155,9 @@ def pad_reduction(em, a: Value, b: Value) -> tuple[Value, Value]:
     of the last batch NaN, and the few NaNs seen at random came from whatever followed the caller's B.
     With K a multiple of 16, IREE's K tile (a divisor of K / 16 intrinsics) leaves nothing to pad. The
     padded copies are dispatches of their own (IREE does not fuse a pad into its consumer by default).
-    Static shapes only."""
+    Static shapes only. ROCm too (``LoweringPolicy.mma_pad_reduction``): the same pipeline pads K there
+    (to 8 or 16 for the MFMA intrinsics, checked in its lowering configs for gfx942); not measured on an
+    AMD GPU."""
     k = a.shape[-1]
     if not (is_static(a.shape) and is_static(b.shape)) or k % MMA_K == 0:
         return a, b
@@ -191,6 +193,7 @@ def lower_matmul(ctx: LowerContext, node: NodeDesc) -> None:
         ctx.mma_results.add(at.c_uid)   # see the module docstring; used in lowering/_lower.py
         if _is_transpose(em, a):
             a = propagation_barrier(em, a)   # issue 49: see _is_transpose
+    if ctx.policy.mma_pad_reduction and any(e in _MMA_ELEMS for e in (a.elem, b.elem)):
         a, b = pad_reduction(em, a, b)
     rank = len(out_shape)
     init = em.filled(out_shape, acc, 0.0)
