@@ -133,6 +133,10 @@ def _cpu_torch() -> None:
     cuda.synchronize = lambda *a: None
     cuda.manual_seed = lambda *a: None
     cuda.manual_seed_all = lambda *a: None
+    cuda.current_device = lambda: 0
+    cuda.mem_get_info = lambda *a: (64 << 30, 64 << 30)   # the FE fuzzers size their cases by free memory
+    cuda.empty_cache = lambda: None
+    cuda.memory_allocated = lambda *a: 0
 
 
 def pytest_load_initial_conftests(early_config, parser, args):
