@@ -1,10 +1,13 @@
 """Generated kernels against IREE's own code and torch, on a CUDA GPU (knob GPU_KERNELS).
 
-For each case (matmul, optional bias + gelu epilogue; bf16/f16; row- or column-major B) it builds two
-plans on the GPU handle, GPU_KERNELS=IREE and =GENERATED, checks both against float64 torch, and times
-them interleaved with torch (device-resident tensors, outputs in place, CUDA-synchronized medians),
-writing a JSON summary with medians, spread and TFLOP/s. Needs the IREE compiler and Triton on the GPU
-machine (benchmarks/gpu_run.sh kernels installs the carried compiler; Triton 3.6.0 is there).
+For each case (matmul, optional bias + gelu epilogue; bf16/f16; row- or column-major B; and attention
+forward: sdpa, causal or not, GQA, [B, H, S, D] or [B, S, H, D] storage) it builds two plans on the GPU
+handle, GPU_KERNELS=IREE and =GENERATED, checks both against float64 torch, and times them interleaved
+with torch (torch.matmul / scaled_dot_product_attention; device-resident tensors, outputs in place,
+CUDA-synchronized medians), writing a JSON summary with medians, spread and TFLOP/s (attention: 4 B H Sq
+Skv D flops, half of it when causal). ``--only matmul|attention`` runs one kind. Needs the IREE compiler
+and Triton on the GPU machine (benchmarks/gpu_run.sh kernels installs the carried compiler; Triton
+3.6.0 is there). NOTE: the attention cases have not run on a GPU yet.
 
     python benchmarks/gpu_kernels.py --json gpu_results/kernels.json            # the full set
     python benchmarks/gpu_kernels.py --tiny --device cpu-check                 # build-only smoke (CPU)
@@ -27,10 +30,84 @@ CASES = [
     ("mlp_8192x3072x768_f16_bias_gelu", 1, 8192, 3072, 768, "f16", True, True),
 ]
 TINY = [("tiny_bf16_bias_gelu", 2, 64, 80, 96, "bf16", True, True), ("tiny_f16", 1, 33, 65, 40, "f16", False, False)]
+
+
+class Attn(tuple):
+    """An attention case: (name, B, Hq, Hkv, S (= Sq = Skv), D, dtype, causal, layout "bhsd" or "bshd")."""
+
+    def __new__(cls, *fields):
+        return super().__new__(cls, fields)
+
+
+ATTN_CASES = [
+    Attn("attn_b4_h16_s2048_d64_causal_bf16", 4, 16, 16, 2048, 64, "bf16", True, "bhsd"),
+    Attn("attn_b2_h16_s4096_d128_causal_bf16", 2, 16, 16, 4096, 128, "bf16", True, "bhsd"),
+    Attn("attn_b1_h32_s4096_d128_causal_bf16_bshd", 1, 32, 32, 4096, 128, "bf16", True, "bshd"),
+    Attn("attn_b4_h32_s2048_d128_bf16", 4, 32, 32, 2048, 128, "bf16", False, "bhsd"),
+    Attn("attn_b2_h32_hkv8_s4096_d128_causal_bf16", 2, 32, 8, 4096, 128, "bf16", True, "bhsd"),
+    Attn("attn_b4_h16_s2048_d64_causal_f16", 4, 16, 16, 2048, 64, "f16", True, "bhsd"),
+]
+ATTN_TINY = [Attn("tiny_attn_gqa_causal_bf16", 1, 4, 2, 96, 64, "bf16", True, "bshd")]
 TOL = {"bf16": 2e-2, "f16": 5e-3}
 
 
+def _attn_strides(dims, layout):
+    b, h, s, d = dims
+    return [h * s * d, s * d, d, 1] if layout == "bhsd" else [s * h * d, d, h * d, 1]
+
+
+def build_attn(hd, handle, case, knob):
+    name, b, hq, hkv, s, d, dt, causal, layout = case
+    dtype = {"bf16": hd.DataType.BFLOAT16, "f16": hd.DataType.HALF}[dt]
+    g = hd.Graph(name=name, io_data_type=dtype, compute_data_type=hd.DataType.FLOAT)
+    q = g.tensor(name="Q", uid=1, dim=[b, hq, s, d], stride=_attn_strides((b, hq, s, d), layout))
+    k = g.tensor(name="K", uid=2, dim=[b, hkv, s, d], stride=_attn_strides((b, hkv, s, d), layout))
+    v = g.tensor(name="V", uid=3, dim=[b, hkv, s, d], stride=_attn_strides((b, hkv, s, d), layout))
+    o = g.sdpa(q, k, v, attn_scale=1.0 / d ** 0.5, is_causal=causal)
+    o.set_output(True).set_uid(4).set_stride(_attn_strides((b, hq, s, d), layout))
+    g.validate()
+    g.build_operation_graph(handle)
+    g.create_execution_plan("IREE_LINALG", {"GPU_KERNELS": knob})
+    g.check_support()
+    t = time.perf_counter()
+    g.build_plans()
+    return g, time.perf_counter() - t
+
+
+def prepare_attn(torch, case, dev):
+    """(flops, variant pack, output, float64 reference of a slice, the slice of the output, torch's fn)."""
+    name, b, hq, hkv, s, d, dt, causal, layout = case
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dt]
+    gen = torch.Generator(device="cpu").manual_seed(0)
+
+    def make(h):
+        if layout == "bshd":
+            return torch.randn(b, s, h, d, generator=gen).to(tdt).to(dev).transpose(1, 2)
+        return torch.randn(b, h, s, d, generator=gen).to(tdt).to(dev)
+
+    q, k, v = make(hq), make(hkv), make(hkv)
+    out = make(hq)
+    flops = 4.0 * b * hq * s * s * d * (0.5 if causal else 1.0)
+    # NOTE: the float64 reference of batch 0 and up to 4 heads (first, last and two between; all of
+    # [B, H, S, S] in float64 would not fit): the error is measured on that slice
+    heads = sorted({0, hq - 1, hq // 3, (2 * hq) // 3})
+    grp = hq // hkv
+    qs = q[0, heads].double()
+    ks = k[0, [h // grp for h in heads]].double()
+    vs = v[0, [h // grp for h in heads]].double()
+    sc = torch.matmul(qs, ks.transpose(-1, -2)) / d ** 0.5
+    if causal:
+        keep = torch.ones(s, s, dtype=torch.bool, device=dev).tril()   # top-left aligned, as the lowering
+        sc = sc.masked_fill(~keep, float("-inf"))
+    ref = torch.matmul(torch.softmax(sc, dim=-1), vs)
+    fn = (lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                   enable_gqa=hkv != hq))
+    return flops, {1: q, 2: k, 3: v, 4: out}, out, ref, (lambda: out[0, heads]), fn
+
+
 def build(hd, handle, case, knob):
+    if isinstance(case, Attn):
+        return build_attn(hd, handle, case, knob)
     name, batch, m, n, k, dt, bt, epi = case
     dtype = {"bf16": hd.DataType.BFLOAT16, "f16": hd.DataType.HALF}[dt]
     g = hd.Graph(name=name, io_data_type=dtype, compute_data_type=hd.DataType.FLOAT)
@@ -97,9 +174,11 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda", help="cuda, or cpu-check: build both plans for cuda:sm_80 only")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (IREE, generated, torch)")
+    ap.add_argument("--only", choices=("matmul", "attention"), default=None, help="one kind of case")
     a = ap.parse_args(argv)
     import hipdnn_iree as hd
-    cases = TINY if a.tiny else CASES
+    cases = ([] if a.only == "attention" else TINY if a.tiny else CASES) + \
+        ([] if a.only == "matmul" else ATTN_TINY if a.tiny else ATTN_CASES)
     rows = []
     if a.device == "cpu-check":
         handle = hd.create_handle(device=None, target="cuda:sm_80")
@@ -119,16 +198,24 @@ def main(argv=None) -> int:
     dev = torch.device("cuda")
     failures = 0
     for case in cases:
-        name, batch, m, n, k, dt, bt, epi = case
-        flops = 2.0 * batch * m * n * k
-        x, w, b, out = tensors(torch, case, dev)
-        ref = reference(torch, case, x, w, b)
-        pack = {1: x, 2: w, 4: out}
-        if epi:
-            pack[3] = b
-        row = {"case": name, "batch": batch, "M": m, "N": n, "K": k, "dtype": dt, "b_col_major": bt,
-               "bias_gelu": epi}
-        fns = {"torch": torch_fn(torch, case, x, w, b)}
+        if isinstance(case, Attn):
+            name, batch, hq, hkv, s, d, dt, causal, layout = case
+            flops, pack, out, ref, got, tfn = prepare_attn(torch, case, dev)
+            row = {"case": name, "op": "sdpa", "batch": batch, "Hq": hq, "Hkv": hkv, "S": s, "D": d, "dtype": dt,
+                   "causal": causal, "layout": layout}
+        else:
+            name, batch, m, n, k, dt, bt, epi = case
+            flops = 2.0 * batch * m * n * k
+            x, w, b, out = tensors(torch, case, dev)
+            ref = reference(torch, case, x, w, b)
+            got = (lambda out=out: out)
+            pack = {1: x, 2: w, 4: out}
+            if epi:
+                pack[3] = b
+            row = {"case": name, "batch": batch, "M": m, "N": n, "K": k, "dtype": dt, "b_col_major": bt,
+                   "bias_gelu": epi}
+            tfn = torch_fn(torch, case, x, w, b)
+        fns = {"torch": tfn}
         for knob in ("IREE", "GENERATED"):
             try:
                 g, secs = build(hd, handle, case, knob)
@@ -136,9 +223,10 @@ def main(argv=None) -> int:
                 row[knob] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
                 failures += 1
                 continue
+            out.fill_(float("nan"))   # NOTE: a plan that writes nothing must not pass
             g.execute(handle, pack)
             torch.cuda.synchronize()
-            err = ((out.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+            err = ((got().double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
             ok = err <= TOL[dt]
             failures += not ok
             row[knob] = {"build_s": round(secs, 2), "max_rel_err": err, "ok": ok,

@@ -83,8 +83,8 @@ if [ "$what" = kernels ]; then
     python3 -c "import triton; print('triton', triton.__version__)" >> "$OUT/gpu.txt" 2>&1
     python3 benchmarks/gpu_kernels.py ${KERNELS_TINY:+--tiny} --json "$OUT/kernels.json" > "$OUT/kernels.txt" 2>&1
     echo "kernels rc=$?"; tail -20 "$OUT/kernels.txt"
-    python3 -m pytest -q -p no:cacheprovider tests/test_generated_kernels.py > "$OUT/kernels_tests.txt" 2>&1
-    echo "kernels tests rc=$?"; tail -5 "$OUT/kernels_tests.txt"
+    python3 -m pytest -q -p no:cacheprovider tests/test_generated_kernels.py tests/test_generated_sdpa.py > "$OUT/kernels_tests.txt" 2>&1
+    echo "kernels tests rc=$?"; tail -15 "$OUT/kernels_tests.txt"
 fi
 if [ "$what" = fleet ]; then
     # plans for a fleet (docs/fleet.md): needs the carried compiler and ray + redis (pip wheels) in /tmp/site, and

@@ -251,21 +251,30 @@ def variant_tag(k: GeneratedKernel) -> str:
 
 
 def emit_extern(em, pattern: MatmulPattern, kernels: tuple, args: list) -> str:
-    """The ``hal.dispatch.extern`` of ``pattern`` (generic op form: IREE 3.13's custom syntax cannot
-    carry ``workgroup_size``/``workgroup_local_memory``), one variant per kernel in ``kernels``: a
+    """The ``hal.dispatch.extern`` of ``pattern`` (:func:`emit_dispatch`). ``args``: the bound
+    operands' ``Value``s in :attr:`MatmulPattern.operands` order. Returns the SSA name of the result
+    ``[batch,] m x n`` tensor (logical, row-major)."""
+    out_shape = ((pattern.batch,) if pattern.out_rank == 3 else ()) + (pattern.m, pattern.n)
+    out_type = f"tensor<{'x'.join(str(d) for d in out_shape)}x{pattern.out_dtype}>"
+    return f"{emit_dispatch(em, kernels, args, [out_type], f'pattern {pattern.key()}')}#0"
+
+
+def emit_dispatch(em, kernels: tuple, args: list, results: list, comment: str) -> str:
+    """A ``hal.dispatch.extern`` (generic op form: IREE 3.13's custom syntax cannot carry
+    ``workgroup_size``/``workgroup_local_memory``) with one variant per kernel in ``kernels``: a
     cubin picked when the device's compute capability major matches its arch, the last one (PTX)
-    unconditional. ``args``: the bound operands' ``Value``s in :attr:`MatmulPattern.operands` order.
-    Returns the SSA name of the result ``[batch,] m x n`` tensor (logical, row-major)."""
+    unconditional. Bindings: ``args`` (read-only, the kernel's first parameters), then one per type
+    in ``results`` and Triton's two scratch slots (writable). Returns the op's SSA name (its
+    results are ``name#0``, ``name#1``...; the scratch ones last)."""
     first = kernels[0]
     if any((k.name, k.block, k.grid) != (first.name, first.block, first.grid) for k in kernels):
         raise ValueError("generated kernel variants of one dispatch must share name, block size and grid")
     shared = max(k.shared for k in kernels)
-    out_shape = ((pattern.batch,) if pattern.out_rank == 3 else ()) + (pattern.m, pattern.n)
-    out_type = f"tensor<{'x'.join(str(d) for d in out_shape)}x{pattern.out_dtype}>"
     scratch = "tensor<16xi8>"
     n_in = len(args)
+    n_res = len(results) + SCRATCH_RESULTS
     bindings = (["#hal.pipeline.binding<storage_buffer, ReadOnly>"] * n_in
-                + ["#hal.pipeline.binding<storage_buffer>"] * (1 + SCRATCH_RESULTS))
+                + ["#hal.pipeline.binding<storage_buffer>"] * n_res)
     objs, targets, conds = [], [], []
     for k in kernels:
         objs.append(f'[#hal.executable.object<{{data = dense<"0x{k.image.hex().upper()}"> : vector<{len(k.image)}xi8>}}>]')
@@ -281,7 +290,6 @@ def emit_extern(em, pattern: MatmulPattern, kernels: tuple, args: list) -> str:
              + f'  "hal.return"({gx}, {gy}, {gz}) : (index, index, index) -> ()\n'
              "}")
     res = em.fresh("gk")
-    n_res = 1 + SCRATCH_RESULTS
     ords = ", ".join("0 : index" for _ in kernels)
     tied = ", ".join("-1 : index" for _ in range(n_res))
     props = (f'export_name = "{first.name}", layout = #hal.pipeline.layout<bindings = [{", ".join(bindings)}]>, '
@@ -290,8 +298,8 @@ def emit_extern(em, pattern: MatmulPattern, kernels: tuple, args: list) -> str:
              f"workgroup_local_memory = {shared} : index, "
              f"workgroup_size = [{first.block} : index, 1 : index, 1 : index]")
     in_types = ", ".join(a.type for a in args)
-    out_types = ", ".join([out_type] + [scratch] * SCRATCH_RESULTS)
-    em.emit(f'// generated kernel {first.name}: pattern {pattern.key()}')
+    out_types = ", ".join(list(results) + [scratch] * SCRATCH_RESULTS)
+    em.emit(f'// generated kernel {first.name}: {comment}')
     em.emit(f'{res}:{n_res} = "hal.dispatch.extern"({", ".join(a.ssa for a in args)}) <{{{props}}}> '
             f"({', '.join([count] + conds)}) : ({in_types}) -> ({out_types})")
-    return f"{res}#0"
+    return res

@@ -257,7 +257,8 @@ def generated_kernels(desc: GraphDesc, resolved: Resolved, spec=None) -> tuple[R
     if not resolved.policy.generated_kernels:
         return resolved, None
     from lowering.ops.generated_matmul import find_patterns
-    patterns = find_patterns(desc) if spec is None else []
+    from lowering.ops.generated_sdpa import find_sdpa_patterns
+    patterns = find_patterns(desc) + find_sdpa_patterns(desc) if spec is None else []
     if not patterns:
         return _replace(resolved, policy=resolved.policy.with_(generated_kernels="")), None
     from hipdnn_iree.plugins.iree_linalg.kernels import generate

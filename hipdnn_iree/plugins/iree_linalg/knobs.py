@@ -64,8 +64,8 @@ KNOBS = (
          "elsewhere: the faster forms measured on an H200 at 2048 rows and on a 2-core CPU, "
          "benchmarks/gpu_one_dispatch.py (retired; in git history at commit 9e99c4b))"),
     Knob("GPU_KERNELS", (AUTO, "GENERATED", "IREE"), AUTO,
-         "CUDA only: ops with a kernel pattern (matmul and the pointwise chain after it) as kernels generated "
-         "ahead of time by Triton and embedded in the module (hal.dispatch.extern), every other op as IREE "
+         "CUDA only: ops with a kernel pattern (matmul and the pointwise chain after it, sdpa forward) as kernels "
+         "generated ahead of time by Triton and embedded in the module (hal.dispatch.extern), every other op as IREE "
          "compiles it; a graph without a pattern builds as IREE and reports IREE (AUTO: IREE until the generated "
          "kernels are measured faster on a GPU; docs/generated_kernels.md)"),
     Knob("SHAPE_SPECIALIZE", (AUTO, "ON", "OFF"), AUTO,
@@ -317,7 +317,7 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
             policy = policy.with_(conv_acc_operands=True)
     # NOTE: AUTO stays IREE everywhere: the generated kernels have not been timed on a GPU yet
     # (benchmarks/gpu_kernels.py measures them; docs/generated_kernels.md)
-    if get("GPU_KERNELS") == "GENERATED" and target.backend == "cuda" and "contraction" in traits and not dynamic:
+    if get("GPU_KERNELS") == "GENERATED" and target.backend == "cuda" and _has_pattern_op(traits) and not dynamic:
         from hipdnn_iree.plugins.iree_linalg.kernels.triton_matmul import generator_id
         policy = policy.with_(generated_kernels=generator_id() or "triton-missing")
     if get("F32_CONV_MATH") == "TF32" and summary.has_conv:
@@ -351,6 +351,11 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
     if not cpu and (mm_tile or conv_tile):
         flags.append(tile_spec_flag(mm_tile, conv_tile))
     return Resolved(policy, tuple(flags))
+
+
+def _has_pattern_op(traits) -> bool:
+    """Whether a graph has an op a generated kernel may replace (a matmul, an sdpa forward)."""
+    return "contraction" in traits or "attention" in traits
 
 
 def _has_generator() -> bool:
@@ -395,7 +400,7 @@ def candidates(target: Target, summary: GraphSummary, mode: HeurMode, tuned: dic
                     "GPU_PAD_FUSION": not cpu and summary.has_conv,
                     "DEQUANT_MATMUL": "dequantize" in summary.traits and "contraction" in summary.traits,
                     "F32_CONV_MATH": False,     # NOTE: a numerics choice, not a speed one: never timed
-                    "GPU_KERNELS": target.backend == "cuda" and "contraction" in summary.traits
+                    "GPU_KERNELS": target.backend == "cuda" and _has_pattern_op(summary.traits)
                     and _has_generator(),
                     "SHAPE_SPECIALIZE": False}   # NOTE: decided per build (shape_specialize), not by resolve()
         # NOTE: measured on an H200 (IREE 3.13, sm_80): f16/bf16 conv_fprop without the channels-last pass

@@ -35,6 +35,8 @@ _STEP_CODES = {("add", True): 1, ("sub", True): 2, ("mul", True): 3, ("add", Fal
 _ROUND = {"f32": 0, "f16": 1, "bf16": 2}
 _TL = {"f16": "fp16", "bf16": "bf16", "f32": "fp32"}
 _HERE = os.path.dirname(os.path.abspath(__file__))
+# every template and driver of this package: their text is the generator identity (generator_id)
+SOURCES = ("_triton_matmul_src.py", "triton_matmul.py", "_triton_sdpa_src.py", "triton_sdpa.py")
 
 
 def triton_version() -> str | None:
@@ -48,14 +50,14 @@ def triton_version() -> str | None:
 @functools.lru_cache(maxsize=None)
 def _source_digest() -> str:
     h = hashlib.sha256()
-    for name in ("_triton_matmul_src.py", "triton_matmul.py"):
+    for name in SOURCES:
         with open(os.path.join(_HERE, name), "rb") as f:
             h.update(f.read())
     return h.hexdigest()[:16]
 
 
 def generator_id() -> str:
-    """``"triton-<version>:<digest of the template and this driver>"``; "" without Triton."""
+    """``"triton-<version>:<digest of every template and driver (SOURCES)>"``; "" without Triton."""
     v = triton_version()
     return f"triton-{v}:{_source_digest()}" if v else ""
 
