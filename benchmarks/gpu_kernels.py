@@ -5,9 +5,10 @@ forward: sdpa, causal or not, GQA, [B, H, S, D] or [B, S, H, D] storage) it buil
 handle, GPU_KERNELS=IREE and =GENERATED, checks both against float64 torch, and times them interleaved
 with torch (torch.matmul / scaled_dot_product_attention; device-resident tensors, outputs in place,
 CUDA-synchronized medians), writing a JSON summary with medians, spread and TFLOP/s (attention: 4 B H Sq
-Skv D flops, half of it when causal). ``--only matmul|attention`` runs one kind. Needs the IREE compiler
-and Triton on the GPU machine (benchmarks/gpu_run.sh kernels installs the carried compiler; Triton
-3.6.0 is there). NOTE: the attention cases have not run on a GPU yet.
+Skv D flops, half of it when causal; and conv fprop: NHWC, bias + relu, against torch's conv2d on
+channels-last tensors, 2 N K C R S P Q flops). ``--only matmul|attention|conv`` runs one kind. Needs the
+IREE compiler and Triton on the GPU machine (benchmarks/gpu_run.sh kernels installs the carried compiler;
+Triton 3.6.0 is there). NOTE: the attention and conv cases have not run on a GPU yet.
 
     python benchmarks/gpu_kernels.py --json gpu_results/kernels.json            # the full set
     python benchmarks/gpu_kernels.py --tiny --device cpu-check                 # build-only smoke (CPU)
@@ -48,7 +49,72 @@ ATTN_CASES = [
     Attn("attn_b4_h16_s2048_d64_causal_f16", 4, 16, 16, 2048, 64, "f16", True, "bhsd"),
 ]
 ATTN_TINY = [Attn("tiny_attn_gqa_causal_bf16", 1, 4, 2, 96, 64, "bf16", True, "bshd")]
+
+
+class Conv(tuple):
+    """A conv fprop case: (name, N, C, K, H (= W), R (= S), stride, pad, dtype, bias + relu); x, w, y
+    channels-last (NHWC, KRSC)."""
+
+    def __new__(cls, *fields):
+        return super().__new__(cls, fields)
+
+
+CONV_CASES = [
+    Conv("conv3x3_64to64_56x56_n32_bf16_bias_relu", 32, 64, 64, 56, 3, 1, 1, "bf16", True),   # ResNet stage 1
+    Conv("conv1x1_256to64_56x56_n32_bf16_bias_relu", 32, 256, 64, 56, 1, 1, 0, "bf16", True),
+    Conv("conv3x3_s2_128to128_56x56_n32_f16", 32, 128, 128, 56, 3, 2, 1, "f16", False),
+]
+CONV_TINY = [Conv("tiny_conv3x3_bf16_bias_relu", 2, 32, 48, 12, 3, 1, 1, "bf16", True)]
 TOL = {"bf16": 2e-2, "f16": 5e-3}
+
+
+def _nhwc(n, c, h, w):
+    return [h * w * c, 1, w * c, c]
+
+
+def build_conv(hd, handle, case, knob):
+    name, n, c, k, hw, r, stride, pad, dt, epi = case
+    dtype = {"bf16": hd.DataType.BFLOAT16, "f16": hd.DataType.HALF}[dt]
+    g = hd.Graph(name=name, io_data_type=dtype, compute_data_type=hd.DataType.FLOAT)
+    x = g.tensor(name="X", uid=1, dim=[n, c, hw, hw], stride=_nhwc(n, c, hw, hw))
+    w = g.tensor(name="W", uid=2, dim=[k, c, r, r], stride=_nhwc(k, c, r, r))
+    y = g.conv_fprop(x, w, padding=[pad, pad], stride=[stride, stride])
+    if epi:
+        b = g.tensor(name="bias", uid=3, dim=[1, k, 1, 1], stride=[k, 1, k, k])
+        y = g.pointwise(g.pointwise(y, b, mode=hd.PointwiseMode.ADD), mode=hd.PointwiseMode.RELU_FWD)
+    o = (hw + 2 * pad - r) // stride + 1
+    y.set_output(True).set_uid(4).set_stride(_nhwc(n, k, o, o))
+    g.validate()
+    g.build_operation_graph(handle)
+    g.create_execution_plan("IREE_LINALG", {"GPU_KERNELS": knob})
+    g.check_support()
+    t = time.perf_counter()
+    g.build_plans()
+    return g, time.perf_counter() - t
+
+
+def prepare_conv(torch, case, dev):
+    """(flops, variant pack, output, float64 reference of the first 2 images, that slice of the output,
+    torch's fn)."""
+    name, n, c, k, hw, r, stride, pad, dt, epi = case
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dt]
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    cl = torch.channels_last
+    x = torch.randn(n, c, hw, hw, generator=gen).to(tdt).to(dev).contiguous(memory_format=cl)
+    w = (torch.randn(k, c, r, r, generator=gen) / (c * r * r) ** 0.5).to(tdt).to(dev).contiguous(memory_format=cl)
+    b = torch.randn(1, k, 1, 1, generator=gen).to(tdt).to(dev)
+    o = (hw + 2 * pad - r) // stride + 1
+    out = torch.empty(n, k, o, o, dtype=tdt, device=dev).contiguous(memory_format=cl)
+    F = torch.nn.functional
+    ref = F.conv2d(x[:2].double(), w.double(), padding=pad, stride=stride)
+    if epi:
+        ref = torch.relu(ref + b.double())
+    fn = (lambda: torch.relu(F.conv2d(x, w, b.reshape(-1), padding=pad, stride=stride))) if epi else \
+        (lambda: F.conv2d(x, w, padding=pad, stride=stride))
+    pack = {1: x, 2: w, 4: out}
+    if epi:
+        pack[3] = b
+    return 2.0 * n * k * c * r * r * o * o, pack, out, ref, (lambda: out[:2]), fn
 
 
 def _attn_strides(dims, layout):
@@ -108,6 +174,8 @@ def prepare_attn(torch, case, dev):
 def build(hd, handle, case, knob):
     if isinstance(case, Attn):
         return build_attn(hd, handle, case, knob)
+    if isinstance(case, Conv):
+        return build_conv(hd, handle, case, knob)
     name, batch, m, n, k, dt, bt, epi = case
     dtype = {"bf16": hd.DataType.BFLOAT16, "f16": hd.DataType.HALF}[dt]
     g = hd.Graph(name=name, io_data_type=dtype, compute_data_type=hd.DataType.FLOAT)
@@ -174,11 +242,13 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda", help="cuda, or cpu-check: build both plans for cuda:sm_80 only")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (IREE, generated, torch)")
-    ap.add_argument("--only", choices=("matmul", "attention"), default=None, help="one kind of case")
+    ap.add_argument("--only", choices=("matmul", "attention", "conv"), default=None, help="one kind of case")
     a = ap.parse_args(argv)
     import hipdnn_iree as hd
-    cases = ([] if a.only == "attention" else TINY if a.tiny else CASES) + \
-        ([] if a.only == "matmul" else ATTN_TINY if a.tiny else ATTN_CASES)
+    only = lambda kind: a.only in (None, kind)   # noqa: E731
+    cases = ((TINY if a.tiny else CASES) if only("matmul") else []) + \
+        ((ATTN_TINY if a.tiny else ATTN_CASES) if only("attention") else []) + \
+        ((CONV_TINY if a.tiny else CONV_CASES) if only("conv") else [])
     rows = []
     if a.device == "cpu-check":
         handle = hd.create_handle(device=None, target="cuda:sm_80")
@@ -203,6 +273,11 @@ def main(argv=None) -> int:
             flops, pack, out, ref, got, tfn = prepare_attn(torch, case, dev)
             row = {"case": name, "op": "sdpa", "batch": batch, "Hq": hq, "Hkv": hkv, "S": s, "D": d, "dtype": dt,
                    "causal": causal, "layout": layout}
+        elif isinstance(case, Conv):
+            name, n, c, k, hw, r, stride, pad, dt, epi = case
+            flops, pack, out, ref, got, tfn = prepare_conv(torch, case, dev)
+            row = {"case": name, "op": "conv_fprop", "N": n, "C": c, "K": k, "HW": hw, "R": r, "stride": stride,
+                   "pad": pad, "dtype": dt, "bias_relu": epi, "layout": "NHWC/KRSC"}
         else:
             name, batch, m, n, k, dt, bt, epi = case
             flops = 2.0 * batch * m * n * k
@@ -224,8 +299,13 @@ def main(argv=None) -> int:
                 failures += 1
                 continue
             out.fill_(float("nan"))   # NOTE: a plan that writes nothing must not pass
-            g.execute(handle, pack)
-            torch.cuda.synchronize()
+            try:
+                g.execute(handle, pack)
+                torch.cuda.synchronize()
+            except Exception as e:   # noqa: BLE001  (a failed launch is a result too; the other cases go on)
+                row[knob] = {"build_s": round(secs, 2), "error": f"execute: {type(e).__name__}: {str(e)[:500]}"}
+                failures += 1
+                continue
             err = ((got().double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
             ok = err <= TOL[dt]
             failures += not ok
@@ -248,13 +328,13 @@ def main(argv=None) -> int:
             row.setdefault(key, {}).update(stat)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    summary = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-               "triton": _version("triton"), "iree_runtime": _version("iree-base-runtime"),
-               "conditions": f"{a.rounds} interleaved rounds x {a.reps} calls, CUDA events, device-resident inputs",
-               "rows": rows, "failures": failures}
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(summary, f, indent=1)
+        summary = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                   "triton": _version("triton"), "iree_runtime": _version("iree-base-runtime"),
+                   "conditions": f"{a.rounds} interleaved rounds x {a.reps} calls, CUDA events, device-resident inputs",
+                   "rows": rows, "failures": failures}
+        if a.json:   # after every case: a run cut by a time limit keeps what it measured
+            with open(a.json, "w") as f:
+                json.dump(summary, f, indent=1)
     print("| case | IREE ms (TFLOP/s) | generated ms (TFLOP/s) | torch ms (TFLOP/s) | gen err |")
     print("|---|---|---|---|---|")
     for r in rows:

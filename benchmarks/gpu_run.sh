@@ -81,10 +81,13 @@ if [ "$what" = kernels ]; then
     # generated kernels (GPU_KERNELS=GENERATED, Triton 3.6.0 as installed here) vs IREE's code vs torch: plans
     # built here (needs .gpu/iree_compiler.tar.xz), checked against float64 torch, timed interleaved
     python3 -c "import triton; print('triton', triton.__version__)" >> "$OUT/gpu.txt" 2>&1
-    python3 benchmarks/gpu_kernels.py ${KERNELS_TINY:+--tiny} --json "$OUT/kernels.json" > "$OUT/kernels.txt" 2>&1
-    echo "kernels rc=$?"; tail -20 "$OUT/kernels.txt"
-    python3 -m pytest -q -p no:cacheprovider tests/test_generated_kernels.py tests/test_generated_sdpa.py > "$OUT/kernels_tests.txt" 2>&1
-    echo "kernels tests rc=$?"; tail -15 "$OUT/kernels_tests.txt"
+    # the gpu-marked tests of the three patterns first (correctness), then the timed benchmark
+    timeout "${KERNELS_TESTS_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu --durations=8 \
+        tests/test_generated_kernels.py tests/test_generated_sdpa.py tests/test_generated_conv.py > "$OUT/kernels_tests.txt" 2>&1
+    echo "kernels tests rc=$?"; tail -40 "$OUT/kernels_tests.txt" | cut -c1-300
+    timeout "${KERNELS_TIMEOUT:-420}" python3 benchmarks/gpu_kernels.py ${KERNELS_TINY:+--tiny} ${KERNELS_ONLY:+--only $KERNELS_ONLY} \
+        --json "$OUT/kernels.json" > "$OUT/kernels.txt" 2>&1
+    echo "kernels rc=$?"; tail -25 "$OUT/kernels.txt" | cut -c1-600
 fi
 if [ "$what" = fleet ]; then
     # plans for a fleet (docs/fleet.md): needs the carried compiler and ray + redis (pip wheels) in /tmp/site, and

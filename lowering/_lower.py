@@ -24,6 +24,7 @@ from lowering._minifloat import pack_codes, unpack_codes
 from lowering.policy import LoweringPolicy
 from lowering.ops.matmul import needs_relayout_barrier, propagation_barrier
 from lowering.ops.generated_sdpa import SdpaPattern
+from lowering.ops.generated_conv import ConvPattern
 
 from lowering.abi import ABI_FORMAT_VERSION, ENTRY_POINT, GRAPH_KEY, REFLECTION_KEY, STATIC_ENTRY  # noqa: F401
 
@@ -70,8 +71,8 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
 
     ``kernels`` (static lowerings for CUDA with ``policy.generated_kernels`` set): ``{pattern key:
     (GeneratedKernel, ...)}`` from the engine's generator; each matmul pattern
-    (``lowering/ops/generated_matmul.py``) and sdpa pattern (``lowering/ops/generated_sdpa.py``) with
-    kernels is emitted as one ``hal.dispatch.extern``."""
+    (``lowering/ops/generated_matmul.py``), sdpa pattern (``lowering/ops/generated_sdpa.py``) and conv
+    pattern (``lowering/ops/generated_conv.py``) with kernels is emitted as one ``hal.dispatch.extern``."""
     if policy is None:
         policy = LoweringPolicy.for_target(target)
     elif policy.target != target:
@@ -131,6 +132,9 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
             if isinstance(pattern, SdpaPattern):
                 from lowering.ops.generated_sdpa import lower_pattern
                 lower_pattern(ctx, em, pattern, kerns, raw_args)
+            elif isinstance(pattern, ConvPattern):
+                from lowering.ops.generated_conv import lower_pattern as lower_conv
+                lower_conv(ctx, em, pattern, kerns, raw_args)
             elif pattern is not None:
                 from lowering.ops.generated_matmul import emit_extern
                 res = emit_extern(em, pattern, kerns, [raw_args[o.uid] for o in pattern.operands])
@@ -182,14 +186,15 @@ def lower_graph(graph: GraphDesc, target: str, verify: bool = True, graph_bytes:
 
 
 def _generated(graph: GraphDesc, policy: LoweringPolicy, kernels, dyn) -> dict:
-    """Node position -> (pattern, its kernels) at a pattern's first node (the matmul, the sdpa),
+    """Node position -> (pattern, its kernels) at a pattern's first node (the matmul, the sdpa, the conv),
     (None, None) at the other nodes it covers; empty without kernels (IREE's code for every node)."""
     if not kernels or not policy.generated_kernels or dyn is not None:
         return {}
     from lowering.ops.generated_matmul import find_patterns
     from lowering.ops.generated_sdpa import find_sdpa_patterns
+    from lowering.ops.generated_conv import find_conv_patterns
     out: dict = {}
-    for p in find_patterns(graph) + find_sdpa_patterns(graph):
+    for p in find_patterns(graph) + find_sdpa_patterns(graph) + find_conv_patterns(graph):
         kerns = kernels.get(p.key())
         if not kerns:
             continue

@@ -100,8 +100,9 @@ class MatmulPattern:
 
 @dataclass(frozen=True)
 class GeneratedKernel:
-    """One compiled kernel variant: ``arch`` ("sm_90a", "sm_80"), ``fmt`` ("cubin" or "ptx"),
-    ``image`` its bytes, ``name`` its entry symbol, the launch shape it was compiled for."""
+    """One compiled kernel variant: ``arch`` ("sm_90a", "sm_80"; "gfx942", "gfx950"), ``fmt``
+    ("cubin" or "ptx"; "hsaco"), ``image`` its bytes, ``name`` its entry symbol, the launch shape it
+    was compiled for (``shared``: dynamic shared memory on CUDA, static LDS inside the HSACO on ROCm)."""
 
     name: str
     arch: str
@@ -228,6 +229,9 @@ def find_patterns(graph: GraphDesc) -> list[MatmulPattern]:
 
 
 _TARGET = '#hal.executable.target<"cuda", "cuda-nvptx-fb", {{hipdnn.kernel = "{tag}"}}>'
+# NOTE: IREE 3.13's ROCm target wraps an external variant's one object (the HSACO) in its HIP flatbuffer
+# (abi "hip"); it reads no arch from this attribute for that, and keeps no workgroup_local_memory
+_ROCM_TARGET = '#hal.executable.target<"rocm", "rocm-hsaco-fb", {{abi = "hip", hipdnn.kernel = "{tag}"}}>'
 
 
 def _condition(em, major: int | None) -> str:
@@ -263,7 +267,7 @@ def emit_dispatch(em, kernels: tuple, args: list, results: list, comment: str) -
     """A ``hal.dispatch.extern`` (generic op form: IREE 3.13's custom syntax cannot carry
     ``workgroup_size``/``workgroup_local_memory``) with one variant per kernel in ``kernels``: a
     cubin picked when the device's compute capability major matches its arch, the last one (PTX)
-    unconditional. Bindings: ``args`` (read-only, the kernel's first parameters), then one per type
+    unconditional; an HSACO (ROCm) unconditional. Bindings: ``args`` (read-only, the kernel's first parameters), then one per type
     in ``results`` and Triton's two scratch slots (writable). Returns the op's SSA name (its
     results are ``name#0``, ``name#1``...; the scratch ones last)."""
     first = kernels[0]
@@ -278,6 +282,10 @@ def emit_dispatch(em, kernels: tuple, args: list, results: list, comment: str) -
     objs, targets, conds = [], [], []
     for k in kernels:
         objs.append(f'[#hal.executable.object<{{data = dense<"0x{k.image.hex().upper()}"> : vector<{len(k.image)}xi8>}}>]')
+        if k.fmt == "hsaco":   # ROCm: one HSACO for the plan's one arch, unconditional
+            targets.append(_ROCM_TARGET.format(tag=variant_tag(k)))
+            conds.append(_condition(em, None))
+            continue
         targets.append(_TARGET.format(tag=variant_tag(k)))
         major = None if k.fmt == "ptx" else int(k.arch[3:].rstrip("a")) // 10
         conds.append(_condition(em, major))

@@ -258,11 +258,14 @@ def generated_kernels(desc: GraphDesc, resolved: Resolved, spec=None) -> tuple[R
         return resolved, None
     from lowering.ops.generated_matmul import find_patterns
     from lowering.ops.generated_sdpa import find_sdpa_patterns
+    from lowering.ops.generated_conv import find_conv_patterns
     patterns = find_patterns(desc) + find_sdpa_patterns(desc) if spec is None else []
+    if spec is None and str(resolved.policy.target).startswith("cuda"):
+        patterns += find_conv_patterns(desc)   # NOTE: the conv template is CUDA only (no HSACO yet)
     if not patterns:
         return _replace(resolved, policy=resolved.policy.with_(generated_kernels="")), None
     from hipdnn_iree.plugins.iree_linalg.kernels import generate
-    return resolved, {p.key(): generate(p) for p in patterns}
+    return resolved, {p.key(): generate(p, resolved.policy.target) for p in patterns}
 
 
 def _untiled_retry(err: HipdnnError, flags: tuple, knobs: dict):

@@ -64,9 +64,10 @@ KNOBS = (
          "elsewhere: the faster forms measured on an H200 at 2048 rows and on a 2-core CPU, "
          "benchmarks/gpu_one_dispatch.py (retired; in git history at commit 9e99c4b))"),
     Knob("GPU_KERNELS", (AUTO, "GENERATED", "IREE"), AUTO,
-         "CUDA only: ops with a kernel pattern (matmul and the pointwise chain after it, sdpa forward) as kernels "
-         "generated ahead of time by Triton and embedded in the module (hal.dispatch.extern), every other op as IREE "
-         "compiles it; a graph without a pattern builds as IREE and reports IREE (AUTO: IREE until the generated "
+         "CUDA, and ROCm gfx942/gfx950 (compile-checked only, never run on an AMD GPU): ops with a kernel pattern "
+         "(matmul and the pointwise chain after it, sdpa forward, and on CUDA conv fprop as implicit GEMM) as kernels generated ahead of time by Triton and "
+         "embedded in the module (hal.dispatch.extern), every other op as IREE compiles it; a graph without a "
+         "pattern, or another ROCm arch, builds as IREE and reports IREE (AUTO: IREE until the generated "
          "kernels are measured faster on a GPU; docs/generated_kernels.md)"),
     Knob("SHAPE_SPECIALIZE", (AUTO, "ON", "OFF"), AUTO,
          "dynamic-shape plans only: the module also holds the static code of the build shape, run when every "
@@ -320,6 +321,10 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
     if get("GPU_KERNELS") == "GENERATED" and target.backend == "cuda" and _has_pattern_op(traits) and not dynamic:
         from hipdnn_iree.plugins.iree_linalg.kernels.triton_matmul import generator_id
         policy = policy.with_(generated_kernels=generator_id() or "triton-missing")
+    elif get("GPU_KERNELS") == "GENERATED" and _rocm_generated(target) and _has_pattern_op(traits) and not dynamic:
+        # NOTE: ROCm (gfx942, gfx950): compile-checked on the CPU only, never run on an AMD GPU
+        from hipdnn_iree.plugins.iree_linalg.kernels.triton_matmul import generator_id
+        policy = policy.with_(generated_kernels=generator_id(target.arch) or "triton-missing")
     if get("F32_CONV_MATH") == "TF32" and summary.has_conv:
         policy = policy.with_(tf32_conv=True)
     if not cpu and "gather" in traits:
@@ -354,8 +359,15 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
 
 
 def _has_pattern_op(traits) -> bool:
-    """Whether a graph has an op a generated kernel may replace (a matmul, an sdpa forward)."""
-    return "contraction" in traits or "attention" in traits
+    """Whether a graph has an op a generated kernel may replace (a matmul, an sdpa forward, a conv fprop:
+    CUDA only, ``build.generated_kernels``)."""
+    return "contraction" in traits or "attention" in traits or "conv_fprop" in traits
+
+
+def _rocm_generated(target: Target) -> bool:
+    """Whether ``target`` is a ROCm arch the kernel generator builds HSACOs for (gfx942, gfx950)."""
+    from hipdnn_iree.plugins.iree_linalg.kernels.triton_rocm import rocm_arch
+    return rocm_arch(str(target)) is not None
 
 
 def _has_generator() -> bool:

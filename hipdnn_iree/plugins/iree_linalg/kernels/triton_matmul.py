@@ -5,6 +5,8 @@ strides, dtypes and epilogue, compiles it for each arch in :data:`ARCHS` without
 (``triton.compile(ASTSource(...), target=GPUTarget("cuda", cap, 32))``) and returns the variants
 the module carries, in the order the runtime tries them: the sm_90a cubin (picked on compute
 capability 9.x), the sm_80 cubin (8.x), the sm_80 PTX (any other device: the driver JIT-compiles it).
+For a ``rocm:gfx942`` / ``rocm:gfx950`` plan it returns one HSACO for that arch instead
+(:func:`config_rocm`, ``triton_rocm.compile_hip``: static LDS for IREE's HIP launch; never run on an AMD GPU).
 
 Example:
     >>> generator_id().startswith("triton-") or generator_id() == ""
@@ -36,7 +38,8 @@ _ROUND = {"f32": 0, "f16": 1, "bf16": 2}
 _TL = {"f16": "fp16", "bf16": "bf16", "f32": "fp32"}
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # every template and driver of this package: their text is the generator identity (generator_id)
-SOURCES = ("_triton_matmul_src.py", "triton_matmul.py", "_triton_sdpa_src.py", "triton_sdpa.py")
+SOURCES = ("_triton_matmul_src.py", "triton_matmul.py", "_triton_sdpa_src.py", "triton_sdpa.py", "triton_rocm.py",
+           "hsaco.py", "_triton_conv_src.py", "triton_conv.py")
 
 
 def triton_version() -> str | None:
@@ -56,10 +59,14 @@ def _source_digest() -> str:
     return h.hexdigest()[:16]
 
 
-def generator_id() -> str:
-    """``"triton-<version>:<digest of every template and driver (SOURCES)>"``; "" without Triton."""
+def generator_id(arch: str | None = None) -> str:
+    """``"triton-<version>:<digest of every template and driver (SOURCES)>"`` for the CUDA archs
+    (:data:`ARCHS`), with ``":hip-<arch>"`` appended for an AMD ``arch`` (``triton_rocm.ROCM_ARCHS``);
+    "" without Triton."""
     v = triton_version()
-    return f"triton-{v}:{_source_digest()}" if v else ""
+    if not v:
+        return ""
+    return f"triton-{v}:{_source_digest()}" + (f":hip-{arch}" if arch else "")
 
 
 def config(p: MatmulPattern) -> dict:
@@ -150,8 +157,38 @@ def _generate(key: str, p: MatmulPattern) -> tuple:
     return tuple(out)
 
 
-def generate(p: MatmulPattern) -> tuple:
-    """The variants of ``p``'s kernel (``GeneratedKernel``s; memoized per pattern and generator).
+def config_rocm(p: MatmulPattern) -> dict:
+    """The ROCm config: :func:`config`'s tiles and warps (``num_warps * 64`` threads) with 2 stages,
+    Triton's AMD default (one LDS buffer per operand tile: 32 KiB at 128x128x64 f16, half the 64 KiB
+    of gfx942). NOTE: a conservative first choice, never run or timed on an AMD GPU."""
+    return dict(config(p), num_stages=2)
+
+
+@functools.lru_cache(maxsize=256)
+def _generate_rocm(key: str, p: MatmulPattern, arch: str) -> tuple:
+    from hipdnn_iree.plugins.iree_linalg.kernels import _triton_matmul_src as src
+    from hipdnn_iree.plugins.iree_linalg.kernels.triton_rocm import ROCM_ARCHS, compile_hip
+    cfg = config_rocm(p)
+    sig, const = _constexprs(p, cfg)
+    ptr_names = [n for n, t in sig.items() if t.startswith("*")]
+    attrs = {(src.hipdnn_matmul.arg_names.index(n),): [["tt.divisibility", 16]] for n in ptr_names}
+    stages = cfg["num_stages"]
+    while True:
+        k = compile_hip(src.hipdnn_matmul, sig, const, attrs, arch, cfg["num_warps"], stages, len(ptr_names))
+        if k.shared <= ROCM_ARCHS[arch] or stages <= 1:
+            break
+        stages -= 1
+    if k.shared > ROCM_ARCHS[arch]:
+        raise HipdnnError(Status.NOT_SUPPORTED, f"generated matmul kernel needs {k.shared} bytes of LDS "
+                                                f"(> {ROCM_ARCHS[arch]} on {arch}): pattern {key}")
+    grid = (-(-p.m // cfg["BM"]) * -(-p.n // cfg["BN"]), p.batch, 1)
+    return (GeneratedKernel(k.name, arch, "hsaco", k.image, k.block, grid, k.shared, generator_id(arch)),)
+
+
+def generate(p: MatmulPattern, target: str = "") -> tuple:
+    """The variants of ``p``'s kernel (``GeneratedKernel``s; memoized per pattern and generator): for
+    a ``rocm:<gfx>`` ``target`` of ``triton_rocm.ROCM_ARCHS`` one HSACO for that arch, otherwise the
+    CUDA variants.
 
     Raises:
         HipdnnError: NOT_SUPPORTED without Triton; INTERNAL_ERROR when Triton's output breaks the
@@ -162,4 +199,8 @@ def generate(p: MatmulPattern) -> tuple:
                                                 f"(pip install 'hipdnn-iree[gpu]', triton=={PINNED_TRITON}); "
                                                 "restoring a plan does not")
     key = p.key()
+    from hipdnn_iree.plugins.iree_linalg.kernels.triton_rocm import rocm_arch
+    arch = rocm_arch(target)
+    if arch is not None:
+        return _generate_rocm(key + generator_id(arch), p, arch)
     return _generate(key + generator_id(), p)

@@ -128,8 +128,41 @@ def _generate(key: str, p: SdpaPattern) -> tuple:
     return tuple(out)
 
 
-def generate(p: SdpaPattern) -> tuple:
-    """The variants of ``p``'s kernel (``GeneratedKernel``s; memoized per pattern and generator).
+def config_rocm(p: SdpaPattern) -> dict:
+    """The ROCm config: :func:`config`'s blocks and warps (``num_warps * 64`` threads) with 2 stages,
+    Triton's AMD default; like CUDA's, stages then ``BN`` drop until the LDS fits the arch. NOTE: a
+    conservative first choice, never run or timed on an AMD GPU."""
+    return dict(config(p, "rocm"), num_stages=2)
+
+
+@functools.lru_cache(maxsize=256)
+def _generate_rocm(key: str, p: SdpaPattern, arch: str) -> tuple:
+    from hipdnn_iree.plugins.iree_linalg.kernels import _triton_sdpa_src as src
+    from hipdnn_iree.plugins.iree_linalg.kernels.triton_rocm import ROCM_ARCHS, compile_hip
+    cfg = config_rocm(p)
+    while True:
+        sig, const = _constexprs(p, cfg)
+        ptr_names = [n for n, t in sig.items() if t.startswith("*")]
+        attrs = {(src.hipdnn_sdpa.arg_names.index(n),): [["tt.divisibility", 16]] for n in ptr_names}
+        k = compile_hip(src.hipdnn_sdpa, sig, const, attrs, arch, cfg["num_warps"], cfg["num_stages"],
+                        len(ptr_names))
+        if k.shared <= ROCM_ARCHS[arch]:
+            break
+        if cfg["num_stages"] > 1:
+            cfg = dict(cfg, num_stages=cfg["num_stages"] - 1)
+        elif cfg["BN"] > 16:
+            cfg = dict(cfg, BN=cfg["BN"] // 2, num_stages=2)
+        else:
+            raise HipdnnError(Status.NOT_SUPPORTED, f"generated sdpa kernel needs {k.shared} bytes of LDS "
+                                                    f"(> {ROCM_ARCHS[arch]}) on {arch}: pattern {key}")
+    grid = (-(-p.sq // cfg["BM"]), p.b * p.hq, 1)
+    return (GeneratedKernel(k.name, arch, "hsaco", k.image, k.block, grid, k.shared, generator_id(arch)),)
+
+
+def generate(p: SdpaPattern, target: str = "") -> tuple:
+    """The variants of ``p``'s kernel (``GeneratedKernel``s; memoized per pattern and generator): for
+    a ``rocm:<gfx>`` ``target`` of ``triton_rocm.ROCM_ARCHS`` one HSACO for that arch, otherwise the
+    CUDA variants.
 
     Raises:
         HipdnnError: NOT_SUPPORTED without Triton, or past CUDA's grid or the shared-memory limit;
@@ -142,4 +175,8 @@ def generate(p: SdpaPattern) -> tuple:
     if p.b * p.hq > MAX_GRID_Y:
         raise HipdnnError(Status.NOT_SUPPORTED, f"generated sdpa kernel: B * Hq = {p.b * p.hq} programs per "
                                                 f"query tile exceed CUDA's grid limit {MAX_GRID_Y}")
+    from hipdnn_iree.plugins.iree_linalg.kernels.triton_rocm import rocm_arch
+    arch = rocm_arch(target)
+    if arch is not None:
+        return _generate_rocm(p.key() + generator_id(arch), p, arch)
     return _generate(p.key() + generator_id(), p)
