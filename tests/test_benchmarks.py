@@ -250,3 +250,20 @@ def test_facade_cases_runs_tiny_on_the_cpu(tmp_path):
     res = json.loads(out.read_text())
     assert res["summary"] == {"total": 20, "right": 20, "WRONG": 0, "refused": 0, "error": 0}
     assert {r["diag"] for r in res["results"]} == {None, "b_tail_nan", "a_tail_nan", "y_prefill_nan"}
+
+
+def test_cpu_vs_torch_runs_one_row(tmp_path):
+    """benchmarks/cpu_vs_torch.py --only layernorm: the row is checked against float64 (ok), timed on both
+    sides, and the summary names the CPU, its vector features and numpy's BLAS."""
+    import subprocess
+    import sys
+    pytest.importorskip("torch")
+    out = tmp_path / "cpu.json"
+    run = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "cpu_vs_torch.py"), "--only", "layernorm",
+                          "--min-time", "0.2", "--json", str(out)], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert [r["name"] for r in res["results"]] == ["layernorm f32"] and res["results"][0]["ok"]
+    r = res["results"][0]
+    assert r["ours_over_torch"] > 0 and r["median_ms"]["ours"] > 0 and r["median_ms"]["torch"] > 0
+    assert res["meta"]["cpu"] and "numpy_blas" in res["meta"]
