@@ -183,6 +183,30 @@ class Emitter:
         self.emit(f"}} -> {out_t}")
         return Value(name, tuple(out_shape), out_elem)
 
+    def generic_multi(self, inputs: Sequence[tuple[Value, str]], out_shape, out_elems: Sequence[str],
+                      iterators: Sequence[str], out_map: str, body: Callable[[list[str]], list[str]],
+                      inits: Sequence[str]) -> list[Value]:
+        """``linalg.generic`` with several results of one shape and map (e.g. two sums of one
+        reduction); ``body`` gets the block arguments (inputs, then the outputs) and returns the
+        yielded SSA names, one per output."""
+        out_ts = [tensor_type(out_shape, e) for e in out_elems]
+        maps = ", ".join([m for _, m in inputs] + [out_map] * len(out_elems))
+        its = ", ".join(f'"{i}"' for i in iterators)
+        ins = ", ".join(v.ssa for v, _ in inputs)
+        ins_t = ", ".join(v.type for v, _ in inputs)
+        name = self.fresh("g")
+        self.emit(f"{name}:{len(out_elems)} = linalg.generic {{indexing_maps = [{maps}], iterator_types = [{its}]}} "
+                  f"ins({ins} : {ins_t}) outs({', '.join(inits)} : {', '.join(out_ts)}) {{")
+        args = [self.fresh("a") for _ in range(len(inputs) + len(out_elems))]
+        sig = ", ".join(f"{a}: {t}" for a, t in zip(args, [v.elem for v, _ in inputs] + list(out_elems)))
+        self.emit(f"^bb0({sig}):")
+        self._indent += 1
+        results = body(args)
+        self.emit(f"linalg.yield {', '.join(results)} : {', '.join(out_elems)}")
+        self._indent -= 1
+        self.emit(f"}} -> ({', '.join(out_ts)})")
+        return [Value(f"{name}#{i}", tuple(out_shape), e) for i, e in enumerate(out_elems)]
+
     def scatter(self, updates: Value, indices: str, into: str, unique: bool,
                 combine: Callable[[str, str], str]) -> Value:
         """``iree_linalg_ext.scatter`` of the rows of ``updates`` (``[R, ...]``) to the rows ``indices``

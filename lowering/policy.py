@@ -63,6 +63,13 @@ class LoweringPolicy:
             inside it) was 5.9x slower than IREE's own dispatches (11.9 vs 70.6 ms, MXFP8
             [512x1024x768]); on an H200, with a 128x64 matmul tile, 6.7x faster than them
             (benchmarks/gpu_one_dispatch.py (retired; in git history at commit 9e99c4b)).
+        norm_one_pass: layernorm's row statistics in one pass over x (the sum and the sum of squares of
+            x minus the row's first element, one two-result reduction; the normalize derives the mean and
+            1/std from them) instead of two (the mean, then the squared deviations). NOTE: on a 2-core
+            Zen 4 CPU IREE fuses the one-pass form into one dispatch with the normalize: 0.48-0.80x of
+            the two-pass time at [4096, 1024] f32 (benchmarks/cpu_vs_torch.py). The variance is
+            E[d^2] - E[d]^2 of the shifted data, clamped at 0: it loses digits when a row's first element
+            lies many standard deviations from its mean; GPUs keep the two-pass form.
         generated_kernels: "" (IREE's code for every op), or the identity of the kernel generator
             whose kernels replace the ops that have a pattern (knob GPU_KERNELS; CUDA only): for
             Triton ``"triton-<version>:<sha256 of the kernel template source, 16 hex>"``
@@ -86,6 +93,7 @@ class LoweringPolicy:
     mma_pad_reduction: bool = False
     tf32_conv: bool = False
     dequant_matmul_region: bool = False
+    norm_one_pass: bool = False
     generated_kernels: str = ""
 
     @classmethod
@@ -95,7 +103,7 @@ class LoweringPolicy:
         return cls(target=target, sdpa_fused=not cpu, conv_channels_last=cpu, conv3d_as_2d=cpu,
                    dgrad_channels_last=cpu, wgrad_channels_last=cpu, grouped_channels_last=cpu,
                    cuda_mma_barriers=target.startswith("cuda"), conv_split_groups=target.startswith("cuda"),
-                   conv_as_gemm=target.startswith("cuda"), mma_pad_reduction=not cpu)
+                   conv_as_gemm=target.startswith("cuda"), mma_pad_reduction=not cpu, norm_one_pass=cpu)
 
     @property
     def is_cpu(self) -> bool:

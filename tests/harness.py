@@ -124,11 +124,14 @@ def filecheck(text: str, checks: str) -> None:
     assert p.returncode == 0, f"FileCheck failed:\n{p.stdout}{p.stderr}\n--- input ---\n{text}"
 
 
-def lowered_mlir(g: hd.Graph, handle, target="llvm-cpu:host") -> str:
-    """The linalg MLIR the IREE engine emits for graph ``g``."""
+def lowered_mlir(g: hd.Graph, handle, target="llvm-cpu:host", **policy_changes) -> str:
+    """The linalg MLIR the IREE engine emits for graph ``g`` (``policy_changes``: fields of the target's
+    default lowering policy changed)."""
     from lowering import lower
+    from lowering.policy import LoweringPolicy
     g.build_operation_graph(handle)
-    return lower(g.get_op_graph_bytes(), target=target).mlir
+    policy = LoweringPolicy.for_target(target).with_(**policy_changes) if policy_changes else None
+    return lower(g.get_op_graph_bytes(), target=target, policy=policy).mlir
 
 
 def run_python(code: str, env_extra=None, timeout=300) -> subprocess.CompletedProcess:

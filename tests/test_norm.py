@@ -159,9 +159,11 @@ LAYERNORMS = [
     ([4, 32], F, INFERENCE, False, 0.0),
     ([2, 4, 6, 6], H, INFERENCE, True, 0.0),
     ([3, 5, 16], B, INFERENCE, False, 0.0),
-    # NOTE: |mean| >> std: a one-pass E[x^2] - E[x]^2 in f32 would be off by ~1%;
-    # the two-pass statistics keep the default tolerance.
+    # NOTE: |mean| >> std: E[x^2] - E[x]^2 of x itself in f32 would be off by ~1%; both forms sum x
+    # minus the row's first element (the CPU's one pass as well as the GPUs' two) and keep the default
+    # tolerance, at 100 and at 10^4.
     ([4, 3, 8, 8], F, TRAINING, False, 100.0),
+    ([4, 256], F, TRAINING, False, 1e4),
     ([8, 64], H, TRAINING, False, 0.0),
 ]
 
@@ -371,7 +373,7 @@ def test_batchnorm_golden_ir(cpu):
 """)
 
 
-def test_layernorm_golden_ir(cpu):
+def _layernorm_training_graph():
     g = hd.Graph(io_data_type=H, compute_data_type=F)
     x = g.tensor(name="X", uid=1, dim=[4, 3, 8])
     s, b = g.tensor(name="scale", uid=2, dim=[1, 3, 8]), g.tensor(name="bias", uid=3, dim=[1, 3, 8])
@@ -379,7 +381,33 @@ def test_layernorm_golden_ir(cpu):
     y.set_output(True).set_uid(4)
     m.set_output(True).set_uid(5).set_data_type(F)
     v.set_output(True).set_uid(6).set_data_type(F)
-    filecheck(lowered_mlir(g, cpu), r"""
+    return g
+
+
+def test_layernorm_one_pass_golden_ir(cpu):
+    """The CPU's default (policy norm_one_pass): one two-result reduction of x - pivot, the normalize
+    derives mean and 1/std from the sums itself (so IREE fuses it with the reduction)."""
+    filecheck(lowered_mlir(_layernorm_training_graph(), cpu), r"""
+// CHECK: %[[PV:.+]] = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0, 0, 0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%[[X:.+]] : tensor<4x3x8xf16>) outs({{.*}} : tensor<4xf32>)
+// CHECK: %[[SQ:.+]]:2 = linalg.generic {{.*}}iterator_types = ["parallel", "reduction", "reduction"]} ins(%[[X]], %[[PV]] : tensor<4x3x8xf16>, tensor<4xf32>) outs(%[[Z:.+]], %[[Z]] : tensor<4xf32>, tensor<4xf32>)
+// CHECK: %[[DEV:.+]] = arith.subf
+// CHECK: %[[S1:.+]] = arith.addf {{.*}}, %[[DEV]] : f32
+// CHECK: %[[D2:.+]] = arith.mulf %[[DEV]], %[[DEV]] : f32
+// CHECK: %[[Q1:.+]] = arith.addf {{.*}}, %[[D2]] : f32
+// CHECK: linalg.yield %[[S1]], %[[Q1]] : f32, f32
+// CHECK-DAG: tensor.expand_shape %[[SQ]]#0
+// CHECK-DAG: tensor.expand_shape %[[SQ]]#1
+// CHECK: %[[Y:.+]] = linalg.generic {{.*}} ins(%[[X]], {{.*}} : tensor<4x3x8xf16>, tensor<4x1x1xf32>, tensor<4x1x1xf32>, tensor<4x1x1xf32>, tensor<1x3x8xf16>, tensor<1x3x8xf16>)
+// CHECK: arith.maximumf
+// CHECK: math.rsqrt
+// CHECK: arith.truncf {{.*}} : f32 to f16
+// CHECK: return %[[Y]],
+""")
+
+
+def test_layernorm_golden_ir(cpu):
+    """The two-pass form (GPU targets' default; norm_one_pass off)."""
+    filecheck(lowered_mlir(_layernorm_training_graph(), cpu, norm_one_pass=False), r"""
 // Pass 0 materializes the pivot row x[n, 0, 0]; pass 1 sums x - pivot; mean = pivot + sum / 24.
 // CHECK: %[[PV:.+]] = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0, 0, 0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%[[X:.+]] : tensor<4x3x8xf16>) outs({{.*}} : tensor<4xf32>)
 // CHECK: arith.extf

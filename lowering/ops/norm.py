@@ -250,6 +250,74 @@ def _row_stats(em: Emitter, x: Value, acc: str, eps: float, centered: bool,
     return (em.reshape(mean, stat_shape) if mean is not None else None), em.reshape(inv, stat_shape)
 
 
+def _shifted_sums(em: Emitter, x: Value, acc: str, first: int) -> tuple[Value, Value, Value]:
+    """One pass over ``x``: per row (axes ``0..first-1``) the pivot ``p = x[row, 0, ...]``, ``S = sum(x - p)``
+    and ``Q = sum((x - p)^2)`` over axes ``first..``, in ``acc``, shaped ``[outer..., 1, ...]``."""
+    axes = tuple(range(first, len(x.shape)))
+    rank = len(x.shape)
+    outer = ", ".join(f"d{i}" for i in range(first))
+    row = f"affine_map<({outer}) -> ({outer})>"
+    pivot_map = f"affine_map<({outer}) -> ({outer}{', 0' * len(axes)})>"
+    # NOTE: the pivot is its own tiny pass, fed to the reduction as a per-row operand (see _row_stats)
+    pv = em.generic([(x, pivot_map)], tuple(x.shape[:first]), acc, ["parallel"] * first, row,
+                    lambda args: em.cast(args[0], x.elem, acc))
+    d = [f"d{i}" for i in range(rank)]
+    dom = f"({', '.join(d)})"
+    kept = f"affine_map<{dom} -> ({', '.join(d[:first])})>"
+    full = f"affine_map<{dom} -> ({', '.join(d)})>"
+    zero = em.filled(tuple(x.shape[:first]), acc, 0.0)
+    mm = _Math(em, acc)
+
+    def body(args):
+        dev = mm.sub(em.cast(args[0], x.elem, acc), args[1])
+        return [mm.add(args[2], dev), mm.add(args[3], mm.mul(dev, dev))]
+
+    its = ["parallel"] * first + ["reduction"] * len(axes)
+    s, q = em.generic_multi([(x, full), (pv, kept)], tuple(x.shape[:first]), [acc, acc], its, kept, body,
+                            [zero, zero])
+    stat_shape = tuple(x.shape[:first]) + (1,) * len(axes)
+    return tuple(em.reshape(v, stat_shape) for v in (pv, s, q))
+
+
+def _one_pass_stats(m: _Math, em: Emitter, s: str, q: str, n: float, eps: float, acc: str) -> tuple[str, str]:
+    """(mean of the shifted data, 1/sqrt(var + eps)) from the shifted sums; var clamped at 0."""
+    ms = m.div(s, _fconst(em, n, acc))
+    var = m.sub(m.div(q, _fconst(em, n, acc)), m.mul(ms, ms))
+    var = m.bin("maximumf", var, m.c(0.0))
+    return ms, m.un("math.rsqrt", m.add(var, _fconst(em, eps, acc)))
+
+
+def _lower_layernorm_one_pass(ctx: LowerContext, at, x: Value, scale: Value, bias: Value, acc: str, out: str,
+                              first: int) -> None:
+    """Layernorm with one pass of statistics (policy ``norm_one_pass``): the normalize reads the row's
+    pivot and shifted sums and derives the mean and 1/std itself, so IREE fuses the reduction and the
+    normalize into one dispatch (a per-row stats pass between them kept two on a CPU, and was slower)."""
+    em = ctx.em
+    n = float(math.prod(x.shape[first:]))
+    eps = ctx.tensor(at.epsilon_uid).scalar_value
+    pv, s, q = _shifted_sums(em, x, acc, first)
+    ins = [x, pv, s, q, scale, bias]
+
+    def body(args):
+        m = _Math(em, acc)
+        xv, pvv, sv, qv, scv, bv = (em.cast(a, v.elem, acc) for a, v in zip(args, ins))
+        ms, inv = _one_pass_stats(m, em, sv, qv, n, eps, acc)
+        centred = m.sub(m.sub(xv, pvv), ms)
+        return em.cast(m.add(m.mul(m.mul(centred, inv), scv), bv), acc, out)
+
+    ctx.define(at.y_uid, em.elementwise(ins, x.shape, out, body))
+    if at.phase == NormFwdPhase.TRAINING:
+        def mean_body(args):
+            m = _Math(em, acc)
+            return m.add(args[0], m.div(args[1], _fconst(em, n, acc)))
+
+        def inv_body(args):
+            return _one_pass_stats(_Math(em, acc), em, args[0], args[1], n, eps, acc)[1]
+
+        ctx.define(at.mean_uid, em.elementwise([pv, s], pv.shape, acc, mean_body))
+        ctx.define(at.inv_variance_uid, em.elementwise([s, q], s.shape, acc, inv_body))
+
+
 @register_lowering(OpKind.LAYERNORM)
 def lower_layernorm(ctx: LowerContext, node: NodeDesc) -> None:
     at = node.attrs
@@ -258,6 +326,9 @@ def lower_layernorm(ctx: LowerContext, node: NodeDesc) -> None:
     acc, out = _compute(ctx, node), ctx.out_elem(at.y_uid)
     em = ctx.em
     first = norm_axes(x.shape, scale.shape, at.normalized_dim_count)[0]
+    if ctx.policy.norm_one_pass:
+        _lower_layernorm_one_pass(ctx, at, x, scale, bias, acc, out, first)
+        return
     mean, inv = _row_stats(em, x, acc, ctx.tensor(at.epsilon_uid).scalar_value, centered=True, first=first)
     ins = [x, mean, inv, scale, bias]
 
