@@ -144,3 +144,15 @@ def pytest_load_initial_conftests(early_config, parser, args):
         _cpu_torch()
     _install_looseversion()
     _install_cudnn()
+
+
+def pytest_collection_modifyitems(config, items):
+    """``HIPDNN_IREE_FE_SHARD=I/N`` (1-based): keep every N-th test from the I-th, so N processes share a
+    file's tests (cudnn_fe_tests.py --shard); the order within a shard is the file's."""
+    shard = os.environ.get("HIPDNN_IREE_FE_SHARD", "")
+    if not shard:
+        return
+    i, n = (int(v) for v in shard.split("/"))
+    keep = items[i - 1::n]
+    config.hook.pytest_deselected(items=[it for it in items if it not in set(keep)])
+    items[:] = keep

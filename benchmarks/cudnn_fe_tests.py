@@ -209,7 +209,11 @@ def main(argv=None) -> int:
     ap.add_argument("--sides", nargs="+", choices=SIDES, default=None,
                     help="facade, cudnn (real cuDNN FE) or both (default: HIPDNN_IREE_FE_SIDES, else facade)")
     ap.add_argument("--mhas-all", action="store_true", help="every test_mhas.py parametrization (not MHAS_K)")
+    ap.add_argument("--shard", default=None, help="I/N: this process runs every N-th test of each file from the "
+                                                 "I-th (N processes in parallel share the files)")
     args = ap.parse_args(argv)
+    if args.shard:
+        os.environ["HIPDNN_IREE_FE_SHARD"] = args.shard
     folder = args.folder.resolve()
     if not (folder / "conftest.py").exists():
         print(f"{folder}: no conftest.py: not cuDNN FE's test/python folder", file=sys.stderr)
@@ -219,6 +223,7 @@ def main(argv=None) -> int:
     if files == ["all"]:
         files = all_files(folder)
     meta = {"cpu_mode": os.environ.get("HIPDNN_IREE_FE_CPU", "") not in ("", "0"), "python": sys.version.split()[0],
+            "shard": args.shard,
             "sides": sides, "mhas_k": None if args.mhas_all else MHAS_K}
     try:
         import hipdnn_iree.cudnn as cudnn

@@ -114,6 +114,10 @@ def _gen_matmul(rng, big):
     if dt == "fp8":
         out["fp8"] = _pick(rng, ["fp8_e4m3", "fp8_e5m2"])
         out["out_dt"] = _pick(rng, ["f32", "f16", "bf16"])
+    if dt in ("f16", "bf16") and rng.random() < 0.25:
+        # cuDNN FE's matmul fuzzer form: f16/bf16 operands widened to f32 by IDENTITY casts, an f32 output
+        out["widen"] = True
+        out["out_dt"] = "f32"
     return out
 
 
@@ -286,6 +290,9 @@ def build_matmul(cs, rng):
     aa, ba_ = _array(rng, [ab, m, k], sa, in_dt, lo, -lo), _array(rng, [bb, k, n], sb, in_dt, lo, -lo)
     a = gr.tensor(name="a", uid=1, dim=[ab, m, k], stride=sa, data_type=_hd_dt(in_dt))
     bt = gr.tensor(name="b", uid=2, dim=[bb, k, n], stride=sb, data_type=_hd_dt(in_dt))
+    if cs.get("widen"):
+        a, bt = (gr.pointwise(v, mode=hd.PointwiseMode.IDENTITY, compute_data_type=hd.DataType.FLOAT)
+                 .set_data_type(hd.DataType.FLOAT) for v in (a, bt))
     y = gr.matmul(a, bt)
     ins = {1: aa, 2: ba_}
     ref = torch.matmul(torch.from_numpy(_f64(aa)), torch.from_numpy(_f64(ba_)))
@@ -440,6 +447,7 @@ def describe(cs: dict) -> str:
                 f"{cs['layout']} {'+'.join(cs['epilogue'])}")
     if cs["kind"] == "matmul":
         return (f"matmul b{cs['b']}({cs['bcast']}) {cs['m']}x{cs['n']}x{cs['k']} {cs.get('fp8', cs['dt'])}"
+                f"{' widened' if cs.get('widen') else ''}"
                 f"->{cs.get('out_dt', cs['dt'])} a:{cs['a_layout']} b:{cs['b_layout']} y:{cs['out_layout']} "
                 f"{'+'.join(cs['epilogue'])}")
     if cs["kind"] == "norm":

@@ -71,7 +71,7 @@ def conv_fprop_dgrad_wgrad():
 FUSED = [
     (conv_bias_relu, 3),
     (matmul_bias_gelu, 1),
-    (layernorm_matmul, 4),
+    (layernorm_matmul, 3),   # CPU: the layernorm's one-pass statistics fused with its normalize (policy norm_one_pass)
     (sdpa_causal, 4),   # CPU: the composition (GPU targets: the fused op, 2 dispatches)
     (conv_fprop_dgrad_wgrad, 13),   # CPU: fprop, dgrad and wgrad channels-last, each relayout a dispatch of its own
 ]

@@ -507,3 +507,62 @@ def test_cuda_matmul_with_padded_reduction_is_right_on_the_cpu(k):
     finally:
         mp.undo()
     assert r["status"] == "right", r
+
+
+# -- 13: f16/bf16 operands widened to f32 by IDENTITY casts (cuDNN FE's matmul fuzzer, f32 outputs) ----
+def _widened_case(k, dt="f16", a_layout="col", b=5, m=1376, n=40):
+    import fuzz_ops
+    cs = {"kind": "matmul", "seed": 5, "size": "large", "m": m, "n": n, "k": k, "b": b, "bcast": "none", "dt": dt,
+          "a_layout": a_layout, "b_layout": "row", "out_layout": "row", "epilogue": [], "widen": True,
+          "out_dt": "f32"}
+    return cs, fuzz_ops.build_matmul(cs, np.random.default_rng(0))[0]
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_widened_matmul_takes_the_narrow_sources_and_their_guards_on_cuda(dt):
+    """test_matmul_fuzzer's t77 (b5 1376x40x2120 f16, column-major A, f32 output): wrong on an H100 with the
+    casts fused into IREE's f16 mma contraction. The contraction now reads the f16/bf16 sources, K padded
+    to 2128, the transposed A behind a barrier; the CPU keeps the f32 form."""
+    _, g = _widened_case(2120, dt)
+    mlir = lower(_bytes(g), target=CUDA).mlir
+    mm = [ln for ln in mlir.splitlines() if "linalg.batch_matmul" in ln]
+    assert len(mm) == 1 and f"tensor<5x1376x2128x{dt}>, tensor<5x2128x40x{dt}>" in mm[0], mm
+    assert BARRIER in mlir
+    cpu = lower(_bytes(g, "llvm-cpu:host"), target="llvm-cpu:host").mlir
+    assert "tensor.pad" not in cpu and BARRIER not in cpu
+    assert "x2120xf32>" in [ln for ln in cpu.splitlines() if "linalg.batch_matmul" in ln][0]
+
+
+def test_widened_matmul_of_different_sources_keeps_its_cast_apart():
+    """bf16 x f16 widened: no narrow form (one mma type), the cast kept apart as before."""
+    g = hd.Graph(io_data_type=F, compute_data_type=F)
+    a = g.tensor(name="a", uid=1, dim=[1, 40, 24], data_type=BF)
+    b = g.tensor(name="b", uid=2, dim=[1, 24, 16], data_type=H)
+    a2, b2 = (g.pointwise(v, mode=P.IDENTITY, compute_data_type=F).set_data_type(F) for v in (a, b))
+    g.matmul(a2, b2).set_output(True).set_uid(3)
+    mlir = lower(_bytes(g), target=CUDA).mlir
+    assert "tensor<1x40x24xf32>, tensor<1x24x16xf32>" in [ln for ln in mlir.splitlines() if "linalg.batch_matmul" in ln][0]
+
+
+@pytest.mark.parametrize("k,dt,a_layout", [(40, "f16", "col"), (133, "bf16", "row"), (296, "f16", "pad")])
+def test_cuda_widened_matmul_is_right_on_the_cpu(k, dt, a_layout):
+    """The CUDA form of the widened matmul (narrow sources, K padded) built for this CPU, against float64."""
+    import fuzz_ops
+    cs, _ = _widened_case(k, dt, a_layout, b=3, m=57, n=75)
+    h = hd.create_handle(device="local-task", target="llvm-cpu:host", cache=False)
+    mp = pytest.MonkeyPatch()
+    try:
+        _cuda_forms_on_cpu(mp, barriers=True)
+        assert "tensor.pad" in lower(_bytes(_widened_case(k, dt, a_layout, b=3, m=57, n=75)[1]), target=CUDA).mlir
+        r = fuzz_ops.run_case(cs, h)
+    finally:
+        mp.undo()
+    assert r["status"] == "right", r
+
+
+def test_fuzzer_draws_widened_matmuls():
+    import fuzz_ops
+    cases = [fuzz_ops.gen_case(s, "matmul", "large") for s in range(200)]
+    widened = [c for c in cases if c.get("widen")]
+    assert widened and all(c["dt"] in ("f16", "bf16") and c["out_dt"] == "f32" for c in widened)
+    assert "widened" in fuzz_ops.describe(widened[0])

@@ -90,6 +90,14 @@ def _widened_from(ctx: LowerContext, uid: int) -> str | None:
     return None
 
 
+def _narrow_source(ctx: LowerContext, uid: int) -> Value:
+    """The value the IDENTITY cast that makes tensor ``uid`` reads (see :func:`_widened_from`)."""
+    for n in ctx.graph.nodes:
+        if n.kind == OpKind.POINTWISE and uid in n.attrs.outputs():
+            return ctx.value(n.attrs.in_0_uid)
+    raise AssertionError(f"tensor {uid} is not made by a pointwise op")
+
+
 def keep_cast_apart(ctx: LowerContext, v: Value) -> Value:
     """``v`` (a widened operand) behind an elementwise ``+ 0.0`` (exact, -0 becomes +0), so IREE's
     dispatch creation does not fuse the widening cast into the contraction.
@@ -185,6 +193,17 @@ def lower_matmul(ctx: LowerContext, node: NodeDesc) -> None:
             for u, v in ((at.a_uid, a), (at.b_uid, b)))
     if not ctx.policy.is_cpu and acc == "f32":
         a, b = _f16_operands(ctx, (at.a_uid, a), (at.b_uid, b))
+    pol = ctx.policy
+    if (pol.mma_pad_reduction or pol.cuda_mma_barriers) and acc == a.elem == b.elem == "f32":
+        sa, sb = _widened_from(ctx, at.a_uid), _widened_from(ctx, at.b_uid)
+        if sa == sb and sa in _MMA_ELEMS:
+            # NOTE: issue 49, cuDNN FE v1.23's test_matmul_fuzzer on an H100: f16/bf16 operands widened to
+            # f32 by IDENTITY casts (its f32-output cases). IREE 3.13 fuses both casts into the contraction
+            # and runs it on its f16/bf16 mma path, where the guards below (K padding, the transposed-A
+            # barrier) were skipped because the operands read as f32: wrong outputs when K % 16 != 0 and
+            # an illegal address. The product of the narrow sources with f32 sums is the same contraction
+            # (f16 x f16 and bf16 x bf16 products are exact in f32), and takes the guards.
+            a, b = _narrow_source(ctx, at.a_uid), _narrow_source(ctx, at.b_uid)
     if not ctx.policy.is_cpu and a.elem == b.elem:
         sa, sb = _widened_from(ctx, at.a_uid), _widened_from(ctx, at.b_uid)
         if sa is not None and sb is not None and sa != sb:
