@@ -41,7 +41,7 @@ if [ "${FUZZ_CASES:-2000}" != 0 ] && [ "$what" != setup ]; then
     jobs=${FUZZ_JOBS:-12}; per=$(( (${FUZZ_CASES:-2000} + jobs - 1) / jobs ))
     for s in $(seq 1 "$jobs"); do
         timeout "${FUZZ_TIMEOUT:-900}" python3 tests/fuzz_ops.py --deadline-s "${FUZZ_DEADLINE:-420}" --device cuda --target "${FUZZ_TARGET:-cuda:sm_80}" \
-            --size "${FUZZ_SIZE:-large}" ${FUZZ_KINDS:+--kinds $FUZZ_KINDS} --cases "$per" --seed "$(( ${FUZZ_SEED:-100} + s ))" \
+            --size "${FUZZ_SIZE:-large}" ${FUZZ_KINDS:+--kinds $FUZZ_KINDS} ${FUZZ_KNOB:+--knob $FUZZ_KNOB} --cases "$per" --seed "$(( ${FUZZ_SEED:-100} + s ))" \
             --json "$OUT/fuzz_shard_$s.json" > "$OUT/fuzz_shard_$s.txt" 2>&1 &
     done
     wait

@@ -385,6 +385,9 @@ def from_torch(t, like: np.ndarray) -> np.ndarray:
     return dense.view(getattr(torch, _TORCH_VIEW[item])).numpy().view(like.dtype)
 
 
+KNOBS: dict = {}   # IREE engine knobs every case is built with (--knob); empty: the default engine and AUTO
+
+
 def run_case(cs: dict, handle, build_handle=None, torch_device: str | None = None) -> dict:
     """Builds, runs and checks one case; returns {"status": right|WRONG|refused|error, ...}.
     ``torch_device``: bind inputs and outputs as torch tensors there (a GPU handle takes device tensors)."""
@@ -395,7 +398,12 @@ def run_case(cs: dict, handle, build_handle=None, torch_device: str | None = Non
     except hd.HipdnnError as e:
         return {"status": "refused", "why": f"{e.status.name}: {str(e)[:300]}", "stage": "graph"}
     try:
-        g.build(build_handle or handle)
+        if KNOBS:
+            g.validate().build_operation_graph(build_handle or handle)
+            g.create_execution_plan("IREE_LINALG", dict(KNOBS))
+            g.check_support().build_plans()
+        else:
+            g.build(build_handle or handle)
     except hd.HipdnnError as e:
         # NOTE: INTERNAL_ERROR is the engine failing on a valid graph (e.g. IREE's compile failing), a defect;
         # the other statuses are refusals (NOT_SUPPORTED and friends, each with its reason)
@@ -437,6 +445,7 @@ def run_case(cs: dict, handle, build_handle=None, torch_device: str | None = Non
 
 def repro_line(cs: dict, target: str, device: str | None) -> str:
     dev = f" --device {device}" if device else ""
+    dev += "".join(f" --knob {k}={v}" for k, v in sorted(KNOBS.items()))
     return f"python tests/fuzz_ops.py --target {target}{dev} --case '{json.dumps(cs, separators=(',', ':'))}'"
 
 
@@ -566,6 +575,8 @@ def main(argv=None):
                     "(default: cuda for a cuda device, none for the CPU)")
     ap.add_argument("--deadline-s", type=float, default=None, help="start no case after this many seconds")
     ap.add_argument("--case", default=None, help="one case's JSON (a reproduction line)")
+    ap.add_argument("--knob", action="append", default=[], help="NAME=VALUE: build every case on the IREE engine "
+                    "with this knob (e.g. GPU_KERNELS=GENERATED)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--merge", nargs="+", default=None, help="shard JSON files to merge into one summary")
     ap.add_argument("--md", default=None, help="with --merge: the summary as markdown")
@@ -579,6 +590,7 @@ def main(argv=None):
             with open(a.md, "w") as f:
                 f.write(summary_md(s))
         return 0 if not s["counts"].get("WRONG") and not s["counts"].get("error") else 1
+    KNOBS.update(kv.split("=", 1) for kv in a.knob)
     device = a.device or ("local-task" if a.target.startswith("llvm-cpu") else None)
     handle = hd.create_handle(device=device, target=a.target)
     if a.case:
@@ -592,7 +604,8 @@ def main(argv=None):
     tdev = None if (device or "").startswith("local") else ("cuda" if (device or "").startswith("cuda") else device)
     tdev = a.torch_device or tdev
     out = run(cases, handle, a.target, a.device, deadline_s=a.deadline_s, torch_device=tdev)
-    out.update(target=a.target, device=device, seed=a.seed, size=a.size, wall_s=round(time.perf_counter() - t0, 1))
+    out.update(target=a.target, device=device, seed=a.seed, size=a.size, wall_s=round(time.perf_counter() - t0, 1),
+               knobs=dict(KNOBS))
     summary = {k: out[k] for k in ("counts", "median_build_s", "median_compile_s", "median_first_execute_s",
                                    "cases", "wall_s")}
     print(json.dumps(summary))
