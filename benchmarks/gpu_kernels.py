@@ -8,7 +8,7 @@ CUDA-synchronized medians), writing a JSON summary with medians, spread and TFLO
 Skv D flops, half of it when causal; and conv fprop: NHWC, bias + relu, against torch's conv2d on
 channels-last tensors, 2 N K C R S P Q flops). ``--only matmul|attention|conv`` runs one kind. Needs the
 IREE compiler and Triton on the GPU machine (benchmarks/gpu_run.sh kernels installs the carried compiler;
-Triton 3.6.0 is there). NOTE: the attention and conv cases have not run on a GPU yet.
+Triton 3.6.0 is there). First full run: an H100, docs/generated_kernels.md.
 
     python benchmarks/gpu_kernels.py --json gpu_results/kernels.json            # the full set
     python benchmarks/gpu_kernels.py --tiny --device cpu-check                 # build-only smoke (CPU)
