@@ -423,7 +423,8 @@ def test_cuda_convs_reach_iree_as_batch_matmuls(row):
     mms = [re.match(r"batch_matmul_(\d+)x(\d+)x(\d+)x(\d+)_", d) for d in found if d.startswith("batch_matmul")]
     assert len(mms) == 1 and int(mms[0].group(4)) % 16 == 0, found
     f32 = _dispatches(fuzz_ops.build_conv({**cs, "dt": "f32"}, np.random.default_rng(0))[0])
-    assert not [d for d in f32 if d.startswith("batch_matmul")], f32
+    one = all(r == 1 for r in cs["r"])   # f32 1x1 convs take the GEMM form too (14, below)
+    assert bool([d for d in f32 if d.startswith("batch_matmul")]) == one, f32
 
 
 def test_gpu_failed_convs_build_for_cuda():
@@ -566,3 +567,46 @@ def test_fuzzer_draws_widened_matmuls():
     widened = [c for c in cases if c.get("widen")]
     assert widened and all(c["dt"] in ("f16", "bf16") and c["out_dt"] == "f32" for c in widened)
     assert "widened" in fuzz_ops.describe(widened[0])
+
+
+# -- 14: f32 1x1 convolutions with a stride on CUDA (cuDNN FE's conv fuzzer) -----------------------------
+FE_F32_K1_CONVS = [   # cuDNN FE v1.23 test_conv_fuzzer.py L0 cases wrong on an H200 (93-98% of the outputs)
+    ["wgrad", 8, 32, 40, 1, [40, 16], [1, 1], [3, 1], [1, 1], [0, 0], "f32", "first", [], 716],     # t716
+    ["fprop", 1, 256, 8, 1, [8, 16, 16], [1, 1, 1], [1, 1, 3], [1, 1, 1], [0, 0, 0], "f32", "first", ["bias"], 925],
+]
+
+
+@pytest.mark.parametrize("row", FE_F32_K1_CONVS, ids=["t716-wgrad-2d", "t925-fprop-3d"])
+def test_f32_1x1_strided_convs_reach_iree_as_batch_matmuls_on_cuda(row):
+    """No conv dispatch for the two f32 1x1 strided convs, a batch_matmul instead; f32 convs with a
+    larger filter keep IREE's conv code; the CPU is unchanged."""
+    import fuzz_ops
+    cs = _fuzz_conv(row)
+    found = _dispatches(fuzz_ops.build_conv(cs, np.random.default_rng(0))[0])
+    assert not [d for d in found if d.startswith("conv")] and [d for d in found if d.startswith("batch_matmul")], found
+    wide = {**cs, "r": [3] * len(cs["r"]), "padding": [1] * len(cs["r"])}
+    found = _dispatches(fuzz_ops.build_conv(wide, np.random.default_rng(0))[0])
+    assert not [d for d in found if d.startswith("batch_matmul")], found
+    cpu = lower(_bytes(fuzz_ops.build_conv(cs, np.random.default_rng(0))[0], "llvm-cpu:host"), target="llvm-cpu:host")
+    assert "linalg.batch_matmul" not in cpu.mlir
+
+
+def test_cuda_f32_1x1_conv_gemm_ir_is_right_on_the_cpu():
+    """The two cases, a dgrad and depthwise/grouped variants of them in the CUDA lowering's GEMM form built
+    for this CPU, against float64."""
+    import fuzz_ops
+    rows = FE_F32_K1_CONVS + [
+        ["dgrad", 2, 24, 40, 1, [20, 16], [1, 1], [3, 2], [1, 1], [0, 0], "f32", "first", [], 7001],
+        ["fprop", 2, 32, 32, 4, [9, 10], [1, 1], [2, 3], [1, 1], [0, 0], "f32", "last", ["bias"], 7002],
+        ["wgrad", 2, 16, 16, 16, [11, 7], [1, 1], [2, 2], [1, 1], [0, 0], "f32", "first", [], 7003]]
+    h = hd.create_handle(device="local-task", target="llvm-cpu:host", cache=False)
+    mp = pytest.MonkeyPatch()
+    try:
+        _cuda_forms_on_cpu(mp)
+        assert "linalg.batch_matmul" in lower(_bytes(fuzz_ops.build_conv(_fuzz_conv(rows[0]),
+                                                                         np.random.default_rng(0))[0]), target=CUDA).mlir
+        bad = [(fuzz_ops.describe(c), r) for c in map(_fuzz_conv, rows) for r in [fuzz_ops.run_case(c, h)]
+               if r["status"] != "right"]
+    finally:
+        mp.undo()
+    assert bad == []

@@ -225,9 +225,17 @@ def _conv(em: Emitter, xp: Value, filt: Value, groups: int, stride: Sequence[int
     return _merge(em, res, 1)
 
 
-def _gemm(policy, *vals: Value) -> bool:
-    """Whether a correlation of ``vals`` takes :func:`_conv_gemm` under ``policy`` (CUDA, f16/bf16 operands)."""
-    return policy.conv_as_gemm and all(v.elem in ("f16", "bf16") for v in vals)
+def _gemm(policy, *vals: Value, kernel: Sequence[int] = ()) -> bool:
+    """Whether a correlation of ``vals`` takes :func:`_conv_gemm` under ``policy`` (CUDA): f16/bf16 operands,
+    or any float operands of a convolution whose filter ``kernel`` (its spatial dims) is all ones.
+
+    NOTE: f32 1x1 convolutions with a stride on CUDA (issue 49, cuDNN FE v1.23's test_conv_fuzzer on an
+    H200): IREE 3.13's conv code gave 93-98% wrong outputs for 2 of the file's 12 such cases (t716: 2-D
+    wgrad, 32->40, stride 3x1; t925: 3-D fprop + bias, 256->8, stride 1x1x3); every other f32 case of the
+    file was right. Their GEMM form is a strided gather (a copy of the sampled input) and one matmul."""
+    if not policy.conv_as_gemm:
+        return False
+    return all(v.elem in ("f16", "bf16") for v in vals) or (bool(kernel) and all(k == 1 for k in kernel))
 
 
 def _conv_gemm(em: Emitter, xp: Value, filt: Value, groups: int, stride: Sequence[int], dilation: Sequence[int],
@@ -676,7 +684,7 @@ def lower_conv_fprop(ctx: LowerContext, node: NodeDesc) -> None:
     xp = _place(em, x, p.pre, [1] * p.rank, extent)
     filt = w if groups == 1 else _split(em, w, 0, (groups, w.shape[0] // groups))
     ctx.define(at.y_uid, _conv(em, xp, filt, groups, p.stride, p.dilation, out_sp, acc,
-                                pol.conv_split_groups and w.shape[1] > 1, gemm=_gemm(pol, xp, filt)))
+                                pol.conv_split_groups and w.shape[1] > 1, gemm=_gemm(pol, xp, filt, kernel=kern)))
 
 
 def _conv_dynamic_spatial(node: NodeDesc, em: Emitter, x: Value, w: Value, groups: int, p: ConvParams,
@@ -773,7 +781,7 @@ def lower_conv_dgrad(ctx: LowerContext, node: NodeDesc) -> None:
         ctx.define(at.x_uid, _conv_channels_last(em, z, filt, 1, unit, dx_dims[2:], acc))
         return
     ctx.define(at.x_uid, _conv(em, z, filt, groups, [1] * p.rank, p.dilation, dx_dims[2:], acc,
-                               gemm=_gemm(ctx.policy, z, filt)))
+                               gemm=_gemm(ctx.policy, z, filt, kernel=kern)))
 
 
 @register_lowering(OpKind.CONV_WGRAD)
@@ -809,5 +817,5 @@ def lower_conv_wgrad(ctx: LowerContext, node: NodeDesc) -> None:
         ctx.define(at.w_uid, em.transpose(res, [1, 0, *sp]))
         return
     res = _conv(em, xs, filt, groups, p.dilation, p.stride, kern, acc,      # [Cg, K, *R]
-                ctx.policy.conv_split_groups and dw_dims[1] > 1, gemm=_gemm(ctx.policy, xs, filt))
+                ctx.policy.conv_split_groups and dw_dims[1] > 1, gemm=_gemm(ctx.policy, xs, filt, kernel=kern))
     ctx.define(at.w_uid, em.transpose(res, [1, 0, *sp]))
