@@ -37,7 +37,8 @@ KNOBS = (
          "convolutions channels-last (CPU: named NHWC ops with relayouts in dispatches of their own; GPU: "
          "IREE's convert-conv-to-channels-last pass) or as declared (AUTO: the measured rule per target)"),
     Knob("DATA_TILING", (AUTO, "ON", "OFF"), AUTO,
-         "IREE data tiling (CPU: matmuls to the mmt4d ukernel; AUTO: on for all-f32 CPU graphs without sdpa)"),
+         "IREE data tiling (CPU: matmuls to the mmt4d ukernel; AUTO: on for CPU graphs without sdpa that are "
+         "all-f32, or bf16 without convolutions)"),
     Knob("IM2COL", (AUTO, "ON", "OFF"), AUTO,
          "convolutions as im2col + matmul (AUTO: on for CPU graphs whose convs are all 1-D, with data tiling)"),
     Knob("OPT_LEVEL", (AUTO, "O0", "O1", "O2", "O3"), AUTO, "--iree-opt-level (AUTO: IREE's default)"),
@@ -218,6 +219,7 @@ class GraphSummary:
     # output (and an operand not dequantized), that dequantize or an elementwise op; None otherwise
     # (see DEQUANT_MATMUL_ROWS)
     dequant_matmul_rows: int | None = None
+    has_f16: bool = False    # a HALF tensor or compute type
 
     @classmethod
     def of(cls, desc: GraphDesc) -> "GraphSummary":
@@ -230,7 +232,8 @@ class GraphSummary:
         int_conv = any(desc.tensor(n.attrs.x_uid).data_type in ints or desc.tensor(n.attrs.w_uid).data_type in ints
                        for n in fprops)
         return cls(frozenset(n.kind for n in desc.nodes), DataType.DOUBLE in types or DataType.DOUBLE in computes,
-                   conv_ranks, not any(t in low for t in types + computes), int_conv, _dequant_matmul_rows(desc))
+                   conv_ranks, not any(t in low for t in types + computes), int_conv, _dequant_matmul_rows(desc),
+                   DataType.HALF in types + computes)
 
     @property
     def traits(self) -> frozenset:
@@ -292,11 +295,13 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
             auto = False
         if (layout == "CHANNELS_LAST" and summary.has_conv) or (layout == AUTO and auto):
             flags += list(GPU_CONV_FLAGS)
-    # NOTE: data tiling only for all-f32 graphs without sdpa by default: with f16/bf16 IREE 3.13 fails
-    # to compile causal sdpa and im2col'd convs, and it slowed the CPU attention composition 6x
-    # (docs/benchmarks/flags.md).
+    # NOTE: data tiling by default for CPU graphs without sdpa that are all-f32, or bf16 without convs: with
+    # f16/bf16 IREE 3.13 fails to compile causal sdpa and im2col'd convs, and it slowed the CPU attention
+    # composition 6x (docs/benchmarks/flags.md); a bf16 1024^3 matmul ran 2.4-2.7x faster with it on a 2-core
+    # Zen 4 (8.0-9.4 vs 21.8 ms, benchmarks/cpu_vs_torch.py, paired), a bf16 3x3 conv slower; f16 not measured.
     tiling = get("DATA_TILING")
-    tiled = (cpu and summary.f32_only and "attention" not in traits) if tiling == AUTO else tiling == "ON"
+    auto_tiled = summary.f32_only or not (summary.has_conv or summary.has_f16)
+    tiled = (cpu and auto_tiled and "attention" not in traits) if tiling == AUTO else tiling == "ON"
     if policy.dequant_matmul_region:
         # NOTE: IREE 3.13's data tiling crashed (SIGSEGV, llvm-cpu) on a matmul inside a dispatch region
         # formed before it runs; the region's matmul is compiled untiled
