@@ -298,7 +298,7 @@ def resolve(target: Target, summary: GraphSummary, knobs: dict, dynamic: bool = 
     # NOTE: data tiling by default for CPU graphs without sdpa that are all-f32, or bf16 without convs: with
     # f16/bf16 IREE 3.13 fails to compile causal sdpa and im2col'd convs, and it slowed the CPU attention
     # composition 6x (docs/benchmarks/flags.md); a bf16 1024^3 matmul ran 2.4-2.7x faster with it on a 2-core
-    # Zen 4 (8.0-9.4 vs 21.8 ms, benchmarks/cpu_vs_torch.py, paired), a bf16 3x3 conv slower; f16 not measured.
+    # Zen 4 (8.0-9.4 vs 21.8 ms, benchmarks/cpu_vs_torch.py, paired), a bf16 3x3 conv the same; f16 not measured.
     tiling = get("DATA_TILING")
     auto_tiled = summary.f32_only or not (summary.has_conv or summary.has_f16)
     tiled = (cpu and auto_tiled and "attention" not in traits) if tiling == AUTO else tiling == "ON"
