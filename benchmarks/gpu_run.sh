@@ -56,9 +56,15 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
 fi
 if [ "$what" = fe ]; then
     # cuDNN FE's own test files (carried in .cudnn_fe, not committed) on the facade
-    python3 benchmarks/cudnn_fe_tests.py .cudnn_fe/test/python ${FE_FILES:+--files $FE_FILES} --timeout ${FE_TIMEOUT:-900} \
-        --json "$OUT/fe.json" --md "$OUT/fe.md" > "$OUT/fe.txt" 2>&1
-    echo "fe rc=$?"; cat "$OUT/fe.md"
+    # FE_SHARDS=N: N processes share each file's tests (cudnn_fe_tests.py --shard I/N; the fuzzers' 1,040 and
+    # 2,052 cases fit a 10-minute call only this way); fe_I.json per shard
+    n=${FE_SHARDS:-1}
+    for s in $(seq 1 "$n"); do
+        python3 benchmarks/cudnn_fe_tests.py .cudnn_fe/test/python ${FE_FILES:+--files $FE_FILES} --timeout ${FE_TIMEOUT:-900} \
+            $( [ "$n" -gt 1 ] && echo --shard "$s/$n" ) --json "$OUT/fe_$s.json" --md "$OUT/fe_$s.md" > "$OUT/fe_$s.txt" 2>&1 &
+    done
+    wait
+    echo "fe done"; cat "$OUT"/fe_*.md
 fi
 if [ "$what" = blocks ] || [ "$what" = all ]; then
     # the GPU correctness gate: real model blocks (plans in .gpu_blocks, compiled on the build machine by
