@@ -410,6 +410,18 @@ def test_runner_writes_the_table(tmp_path):
     assert (res["passed"], res["failed"], res["error"], res["skipped"]) == (1, 1, 0, 1), res
     assert "test_wrong" in res["first_failure"]
     assert "| test_small | 1 | 1 | 0 | 1 |" in proc.stdout
+    # --shard I/N: two processes share the file's three L0 tests, each test in exactly one of them
+    seen = []
+    for shard in ("1/2", "2/2"):
+        part = tmp_path / f"shard{shard[0]}.json"
+        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cudnn_fe_tests.py"), str(tmp_path), "--files",
+                        "test_small.py", "--shard", shard, "--json", str(part)], capture_output=True, text=True,
+                       timeout=600)
+        got = json.loads(part.read_text())
+        assert got["meta"]["shard"] == shard
+        seen.append(sorted(t["test"] for t in got["results"][0]["tests"]))
+    assert [len(x) for x in seen] == [2, 1], seen
+    assert sorted(seen[0] + seen[1]) == ["test_relu", "test_skipped", "test_wrong"], seen
 
 
 def test_kernel_cache_never_serves_another_types_plan(handle):
