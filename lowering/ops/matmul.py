@@ -203,7 +203,9 @@ def lower_matmul(ctx: LowerContext, node: NodeDesc) -> None:
             # barrier) were skipped because the operands read as f32: wrong outputs when K % 16 != 0 and
             # an illegal address. The product of the narrow sources with f32 sums is the same contraction
             # (f16 x f16 and bf16 x bf16 products are exact in f32), and takes the guards.
-            a, b = _narrow_source(ctx, at.a_uid), _narrow_source(ctx, at.b_uid)
+            na, nb = _narrow_source(ctx, at.a_uid), _narrow_source(ctx, at.b_uid)
+            if (na.shape, nb.shape) == (a.shape, b.shape):   # NOTE: not a cast that also broadcasts
+                a, b = na, nb
     if not ctx.policy.is_cpu and a.elem == b.elem:
         sa, sb = _widened_from(ctx, at.a_uid), _widened_from(ctx, at.b_uid)
         if sa is not None and sb is not None and sa != sb:
