@@ -72,6 +72,17 @@ def _nhwc(n, c, h, w):
     return [h * w * c, 1, w * c, c]
 
 
+def _built(g, handle, knob):
+    """``(g, seconds of build_plans)``: ``g`` built on the IREE engine with ``GPU_KERNELS=knob``."""
+    g.validate()
+    g.build_operation_graph(handle)
+    g.create_execution_plan("IREE_LINALG", {"GPU_KERNELS": knob})
+    g.check_support()
+    t = time.perf_counter()
+    g.build_plans()
+    return g, time.perf_counter() - t
+
+
 def build_conv(hd, handle, case, knob):
     name, n, c, k, hw, r, stride, pad, dt, epi = case
     dtype = {"bf16": hd.DataType.BFLOAT16, "f16": hd.DataType.HALF}[dt]
@@ -84,13 +95,7 @@ def build_conv(hd, handle, case, knob):
         y = g.pointwise(g.pointwise(y, b, mode=hd.PointwiseMode.ADD), mode=hd.PointwiseMode.RELU_FWD)
     o = (hw + 2 * pad - r) // stride + 1
     y.set_output(True).set_uid(4).set_stride(_nhwc(n, k, o, o))
-    g.validate()
-    g.build_operation_graph(handle)
-    g.create_execution_plan("IREE_LINALG", {"GPU_KERNELS": knob})
-    g.check_support()
-    t = time.perf_counter()
-    g.build_plans()
-    return g, time.perf_counter() - t
+    return _built(g, handle, knob)
 
 
 def prepare_conv(torch, case, dev):
@@ -131,13 +136,7 @@ def build_attn(hd, handle, case, knob):
     v = g.tensor(name="V", uid=3, dim=[b, hkv, s, d], stride=_attn_strides((b, hkv, s, d), layout))
     o = g.sdpa(q, k, v, attn_scale=1.0 / d ** 0.5, is_causal=causal)
     o.set_output(True).set_uid(4).set_stride(_attn_strides((b, hq, s, d), layout))
-    g.validate()
-    g.build_operation_graph(handle)
-    g.create_execution_plan("IREE_LINALG", {"GPU_KERNELS": knob})
-    g.check_support()
-    t = time.perf_counter()
-    g.build_plans()
-    return g, time.perf_counter() - t
+    return _built(g, handle, knob)
 
 
 def prepare_attn(torch, case, dev):
@@ -186,13 +185,7 @@ def build(hd, handle, case, knob):
         b = g.tensor(name="bias", uid=3, dim=[1, 1, n])
         y = g.pointwise(g.pointwise(y, b, mode=hd.PointwiseMode.ADD), mode=hd.PointwiseMode.GELU_FWD)
     y.set_output(True).set_uid(4)
-    g.validate()
-    g.build_operation_graph(handle)
-    g.create_execution_plan("IREE_LINALG", {"GPU_KERNELS": knob})
-    g.check_support()
-    t = time.perf_counter()
-    g.build_plans()
-    return g, time.perf_counter() - t
+    return _built(g, handle, knob)
 
 
 def tensors(torch, case, dev):

@@ -33,12 +33,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from graph_ir._fbs.graph_generated import DataType, PointwiseMode
 from graph_ir.desc import GraphDesc, OpKind
 from graph_ir.layout import physical_layout
-from lowering.ops.generated_matmul import (_BINARY, _UNARY, MAX_STEPS, MAX_TENSOR_STEPS, EpilogueStep,  # noqa: F401
-                                           GeneratedKernel, Operand, _default_relu, _f32_compute, _ok_dtype,
-                                           emit_dispatch)
+from lowering.ops.generated_matmul import (EpilogueStep, GeneratedKernel, Operand, _f32_compute, _ok_dtype,  # noqa: F401
+                                           emit_dispatch, epilogue_chain)
 
 XW_DTYPES = ("f16", "bf16")
 MIN_GROUP_CHANNELS = 16      # grouped convs: input and output channels per group at least this (tl.dot's 16)
@@ -173,54 +171,6 @@ def _writable(t) -> bool:
     return t.is_virtual or (_dense(t) is not None and _channels_last(t))
 
 
-def _chain(graph: GraphDesc, consumers: dict, produced: set, start: int, y_dims: tuple) -> tuple:
-    """``(steps, node positions, last uid, last tensor)`` of the pointwise chain after tensor ``start``
-    (the matmul pattern's rules, operands over ``[N, K, P, Q]``)."""
-    steps: list = []
-    nodes: list = []
-    cur, cur_t = start, graph.tensor(start)
-    while len(steps) < MAX_STEPS and cur_t.is_virtual and len(consumers.get(cur, ())) == 1:
-        j = consumers[cur][0]
-        pn = graph.nodes[j]
-        if pn.kind != OpKind.POINTWISE or not _f32_compute(graph, pn):
-            break
-        pa = pn.attrs
-        mode = pa.operation
-        y = graph.tensor(pa.out_0_uid)
-        ydt = _ok_dtype(y)
-        if ydt is None or tuple(y.dims) != y_dims or pa.in_2_uid not in (None, -1) and pa.in_2_uid >= 0:
-            break
-        if mode in _UNARY and pa.in_0_uid == cur and (pa.in_1_uid is None or pa.in_1_uid < 0):
-            if mode == PointwiseMode.RELU_FWD and not _default_relu(pa):
-                break
-            step = EpilogueStep(_UNARY[mode], ydt)
-        elif mode in _BINARY and pa.in_1_uid is not None and pa.in_1_uid >= 0:
-            other = pa.in_1_uid if pa.in_0_uid == cur else pa.in_0_uid
-            if cur not in (pa.in_0_uid, pa.in_1_uid) or other == cur:
-                break
-            if mode == PointwiseMode.SUB and pa.in_0_uid != cur:
-                break
-            to = graph.tensor(other)
-            if other in produced:
-                break   # NOTE: a bound tensor another node writes: not an input the kernel may read
-            if to.is_scalar:
-                if _ok_dtype(to) is None and to.data_type not in (DataType.DOUBLE,):
-                    break
-                step = EpilogueStep(_BINARY[mode], ydt, scalar=float(to.scalar_value))
-            else:
-                st = _operand_strides(to, y_dims)
-                odt = _ok_dtype(to)
-                if st is None or odt is None or sum(s.operand is not None for s in steps) >= MAX_TENSOR_STEPS:
-                    break
-                step = EpilogueStep(_BINARY[mode], ydt, operand=Operand(other, odt, st))
-        else:
-            break
-        steps.append(step)
-        nodes.append(j)
-        cur, cur_t = pa.out_0_uid, y
-    return tuple(steps), tuple(nodes), cur, cur_t
-
-
 def find_conv_patterns(graph: GraphDesc) -> list[ConvPattern]:
     """Every conv_fprop of ``graph`` the kernel template covers (module docstring), with the longest
     epilogue chain it can fuse; the chain stops early rather than end at an output the kernel cannot
@@ -261,7 +211,8 @@ def find_conv_patterns(graph: GraphDesc) -> list[ConvPattern]:
             continue
         if max(_numel(tx.dims), _numel(tw.dims), _numel(y_dims)) > MAX_ELEMENTS:
             continue
-        steps, chain_nodes, last, last_t = _chain(graph, consumers, produced, at.y_uid, y_dims)
+        steps, chain_nodes, last, last_t = epilogue_chain(graph, consumers, at.y_uid, y_dims, _operand_strides,
+                                                          produced)
         if not _writable(last_t) and steps:
             # NOTE: the chain's tensors before its end are virtual: end it one step early
             steps, chain_nodes = steps[:-1], chain_nodes[:-1]

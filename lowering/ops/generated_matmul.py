@@ -182,50 +182,62 @@ def find_patterns(graph: GraphDesc) -> list[MatmulPattern]:
         sb = _view_strides(tb, cdims[:-2] + (k, n))
         if sa is None or sb is None or k <= 0:
             continue
-        steps: list[EpilogueStep] = []
-        nodes = [i]
-        cur, cur_t = at.c_uid, tc
-        while len(steps) < MAX_STEPS and cur_t.is_virtual and len(consumers.get(cur, ())) == 1:
-            j = consumers[cur][0]
-            pn = graph.nodes[j]
-            if pn.kind != OpKind.POINTWISE or not _f32_compute(graph, pn):
-                break
-            pa = pn.attrs
-            mode = pa.operation
-            y = graph.tensor(pa.out_0_uid)
-            ydt = _ok_dtype(y)
-            if ydt is None or tuple(y.dims) != cdims or pa.in_2_uid not in (None, -1) and pa.in_2_uid >= 0:
-                break
-            if mode in _UNARY and pa.in_0_uid == cur and (pa.in_1_uid is None or pa.in_1_uid < 0):
-                if mode == PointwiseMode.RELU_FWD and not _default_relu(pa):
-                    break
-                step = EpilogueStep(_UNARY[mode], ydt)
-            elif mode in _BINARY and pa.in_1_uid is not None and pa.in_1_uid >= 0:
-                other = pa.in_1_uid if pa.in_0_uid == cur else pa.in_0_uid
-                if cur not in (pa.in_0_uid, pa.in_1_uid) or other == cur:
-                    break
-                if mode == PointwiseMode.SUB and pa.in_0_uid != cur:
-                    break
-                to = graph.tensor(other)
-                if to.is_scalar:
-                    if _ok_dtype(to) is None and to.data_type not in (DataType.DOUBLE,):
-                        break
-                    step = EpilogueStep(_BINARY[mode], ydt, scalar=float(to.scalar_value))
-                else:
-                    st = _view_strides(to, cdims)
-                    odt = _ok_dtype(to)
-                    if st is None or odt is None or \
-                            sum(s.operand is not None for s in steps) >= MAX_TENSOR_STEPS:
-                        break
-                    step = EpilogueStep(_BINARY[mode], ydt, operand=Operand(other, odt, st))
-            else:
-                break
-            steps.append(step)
-            nodes.append(j)
-            cur, cur_t = pa.out_0_uid, y
-        out.append(MatmulPattern(tuple(nodes), batch, m, n, k, Operand(at.a_uid, da, sa), Operand(at.b_uid, db, sb),
+        steps, chain, cur, cur_t = epilogue_chain(graph, consumers, at.c_uid, cdims, _view_strides)
+        nodes = (i, *chain)
+        out.append(MatmulPattern(nodes, batch, m, n, k, Operand(at.a_uid, da, sa), Operand(at.b_uid, db, sb),
                                  dc, tuple(steps), cur, _ok_dtype(cur_t), len(cdims)))
     return out
+
+
+def epilogue_chain(graph: GraphDesc, consumers: dict, start: int, y_dims: tuple, operand_strides,
+                   produced: frozenset = frozenset()) -> tuple:
+    """``(steps, node positions, last uid, last tensor)`` of the pointwise chain a kernel can fuse after
+    tensor ``start``: each step a pointwise op of f32 compute with ``y_dims`` whose input is the one reader
+    of a virtual tensor; a tensor operand's strides over ``y_dims`` come from ``operand_strides(tensor,
+    y_dims)`` (None: not fusable); a bound tensor in ``produced`` (written by another node) ends it."""
+    steps: list = []
+    nodes: list = []
+    cur, cur_t = start, graph.tensor(start)
+    while len(steps) < MAX_STEPS and cur_t.is_virtual and len(consumers.get(cur, ())) == 1:
+        j = consumers[cur][0]
+        pn = graph.nodes[j]
+        if pn.kind != OpKind.POINTWISE or not _f32_compute(graph, pn):
+            break
+        pa = pn.attrs
+        mode = pa.operation
+        y = graph.tensor(pa.out_0_uid)
+        ydt = _ok_dtype(y)
+        if ydt is None or tuple(y.dims) != y_dims or pa.in_2_uid not in (None, -1) and pa.in_2_uid >= 0:
+            break
+        if mode in _UNARY and pa.in_0_uid == cur and (pa.in_1_uid is None or pa.in_1_uid < 0):
+            if mode == PointwiseMode.RELU_FWD and not _default_relu(pa):
+                break
+            step = EpilogueStep(_UNARY[mode], ydt)
+        elif mode in _BINARY and pa.in_1_uid is not None and pa.in_1_uid >= 0:
+            other = pa.in_1_uid if pa.in_0_uid == cur else pa.in_0_uid
+            if cur not in (pa.in_0_uid, pa.in_1_uid) or other == cur:
+                break
+            if mode == PointwiseMode.SUB and pa.in_0_uid != cur:
+                break
+            to = graph.tensor(other)
+            if other in produced:
+                break   # NOTE: a bound tensor another node writes: not an input the kernel may read
+            if to.is_scalar:
+                if _ok_dtype(to) is None and to.data_type not in (DataType.DOUBLE,):
+                    break
+                step = EpilogueStep(_BINARY[mode], ydt, scalar=float(to.scalar_value))
+            else:
+                st = operand_strides(to, y_dims)
+                odt = _ok_dtype(to)
+                if st is None or odt is None or sum(s.operand is not None for s in steps) >= MAX_TENSOR_STEPS:
+                    break
+                step = EpilogueStep(_BINARY[mode], ydt, operand=Operand(other, odt, st))
+        else:
+            break
+        steps.append(step)
+        nodes.append(j)
+        cur, cur_t = pa.out_0_uid, y
+    return tuple(steps), tuple(nodes), cur, cur_t
 
 
 _TARGET = '#hal.executable.target<"cuda", "cuda-nvptx-fb", {{hipdnn.kernel = "{tag}"}}>'
